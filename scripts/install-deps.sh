@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages only, whatever tapeformer needs to build and test and is missing.
+# Used by both README Quick start commands. Safe to run again: it installs nothing that is present.
+set -euo pipefail
+pkgs=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-openmp-dev   # OpenBLAS built on OpenMP: one thread pool shared with our own kernels
+  catch2                   # Catch2 v2, single header
+  libcli11-dev             # command-line parsing
+  libsentencepiece-dev     # subword tokenization
+  nlohmann-json3-dev       # JSON (safetensors headers, metrics, reports)
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}" >&2
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
