@@ -1,0 +1,34 @@
+// tapeformer: the command-line tool. Each subcommand lives in src/cli/; this file wires them together
+// and turns any error into one line on stderr and a non-zero exit code.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+
+#include "tapeformer/blas.h"
+#include "tapeformer/cli/commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"tapeformer: train, inspect and run small encoder-decoder Transformers on the CPU"};
+    app.require_subcommand(1);
+    app.fallthrough();
+    int threads = 0;
+    app.add_option("--threads", threads, "Threads for OpenMP and OpenBLAS together (default: all cores)");
+    app.parse_complete_callback([&]() { tf::set_threads(threads); });
+
+    tf::add_gradcheck_command(app);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "tapeformer: " << e.what() << " (see tapeformer --help)\n";
+        return e.get_exit_code() ? e.get_exit_code() : 2;
+    } catch (const std::exception& e) {
+        std::cerr << "tapeformer: error: " << e.what() << "\n";
+        return 1;
+    }
+    return tf::command_exit_code();
+}

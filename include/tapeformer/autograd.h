@@ -1,0 +1,64 @@
+// The tape: reverse-mode automatic differentiation as a Wengert list.
+//
+// While recording, every differentiable op appends one record (its name, inputs, output and a backward
+// closure) to the tape. backward(loss) seeds d loss/d loss = 1 and walks the tape from the end to the
+// start, each closure adding (+=) its contribution to its inputs' gradients. A tensor used twice thus
+// gets the sum of both contributions. Afterwards the tape is cleared (its vector keeps its capacity)
+// and the intermediate tensors return their memory to the pool for the next step.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "tapeformer/tensor.h"
+
+TF_NAMESPACE_BEGIN
+
+// backward(output, inputs): read output.grad(), add into inputs[i].grad() for inputs that require grad.
+using BackwardFn = std::function<void(Tensor& out, std::vector<Tensor>& in)>;
+
+struct TapeRecord {
+    const char* op;             // "matmul", "softmax", ...: for the tape view and error messages
+    Tensor out;
+    std::vector<Tensor> in;
+    BackwardFn backward;        // empty for records kept only for display (reshape)
+};
+
+class Tape {
+public:
+    bool recording() const { return recording_; }
+    void set_recording(bool on) { recording_ = on; }
+    const std::vector<TapeRecord>& records() const { return records_; }
+    void push(TapeRecord r) { records_.push_back(std::move(r)); }
+    void clear() { records_.clear(); }  // keeps capacity: the next step appends without reallocating
+
+private:
+    std::vector<TapeRecord> records_;
+    bool recording_ = true;
+};
+
+Tape& tape();  // the current thread's tape
+
+// True when an op on these inputs must be recorded: recording is on and some input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+
+// Called by an op after computing `out`: marks it as requiring grad and appends the record. Returns out.
+Tensor record(const char* op, Tensor out, std::vector<Tensor> in, BackwardFn backward);
+
+// Reverse pass from a scalar loss (seed 1), or from any tensor with a given upstream gradient of its
+// shape (used by gradient checks). Clears the tape afterwards unless keep_tape is set.
+void backward(Tensor& loss, bool keep_tape = false);
+void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape = false);
+
+// Within its scope nothing is recorded (evaluation, decoding, finite differences).
+class NoGradGuard {
+public:
+    NoGradGuard() : previous_(tape().recording()) { tape().set_recording(false); }
+    ~NoGradGuard() { tape().set_recording(previous_); }
+    NoGradGuard(const NoGradGuard&) = delete;
+    NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+private:
+    bool previous_;
+};
+
+TF_NAMESPACE_END

@@ -1,0 +1,25 @@
+// The only door to BLAS. gemm computes C = alpha * op(A) * op(B) + beta * C on row-major matrices,
+// op(X) = X or Xᵀ; it is overloaded for float and double, so the float64 build of the library runs the
+// same code through dgemm. set_threads sets OpenMP's and OpenBLAS's thread counts together, so that the
+// two never oversubscribe the cores.
+#pragma once
+#include <cstdint>
+
+#include "tapeformer/config.h"
+
+TF_NAMESPACE_BEGIN
+
+// op(A): (M, K), op(B): (K, N), C: (M, N); lda/ldb/ldc are the row strides of the stored matrices.
+void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
+          const real* A, std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc);
+
+// The same product with three plain loops: the reference the tests compare gemm (and matmul) against.
+void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
+                    const real* A, std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C,
+                    std::int64_t ldc);
+
+void set_threads(int n);   // n <= 0: all cores
+int num_threads();
+const char* blas_info();   // OpenBLAS's configuration string (core, threading)
+
+TF_NAMESPACE_END

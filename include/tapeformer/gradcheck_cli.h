@@ -1,0 +1,18 @@
+// The entry point of `tapeformer gradcheck`, implemented by the float64 build of the library so that the
+// float32 CLI can run its checks in double precision. Deliberately free of `real`.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tf {
+namespace f64 {
+struct GradcheckCliOptions {
+    std::uint64_t seed = 1;
+    std::string filter;  // run only checks whose name contains this text
+    bool color = false;
+    bool list_only = false;
+};
+// Prints the table to stdout; returns the number of failed checks.
+int run_gradcheck_cli(const GradcheckCliOptions& options);
+}  // namespace f64
+}  // namespace tf

@@ -1,0 +1,85 @@
+// The primitive differentiable ops. Each computes its output and, when an input requires grad and the
+// tape is recording, records a backward closure next to the forward code (ops.cpp, one section per op).
+// Everything higher — attention, feed-forward, the model — is composed from these and has no backward
+// of its own.
+//
+// Shapes use fixed letters: B batch, S source length, T target length, C model width, H heads,
+// D head width, F FFN width, V vocabulary, N "rows" (all leading dimensions flattened).
+// Bad shapes or arguments throw std::invalid_argument naming the op and the shapes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tapeformer/random.h"
+#include "tapeformer/tensor.h"
+
+TF_NAMESPACE_BEGIN
+
+// ---- elementwise, with broadcasting ----------------------------------------------------------------
+// NumPy/PyTorch broadcasting: shapes are right-aligned and an extent of 1 stretches to match, so a bias
+// (C) adds to (B, T, C), a key mask (B, 1, 1, S) to scores (B, H, T, S) and a head gate (1, H, 1, 1)
+// multiplies (B, H, T, D). The gradient of a stretched input is summed over the stretched axes.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& a, real s);  // a * s
+
+// ---- matrix products -------------------------------------------------------------------------------
+// op(a) @ op(b), op = optional transpose of the last two axes. a: (..., M, K), b: (..., K, N) with equal
+// leading axes (batched: one product per leading index, split across threads), or b 2-D (K, N) shared by
+// every row of a (then a is treated as one (N·M, K) matrix). Every product runs through BLAS gemm.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+// ---- shape ------------------------------------------------------------------------------------------
+Tensor reshape(const Tensor& a, const Shape& shape);          // a view: shares values and gradient
+Tensor permute(const Tensor& a, const std::vector<int>& axes); // out.shape[i] = a.shape[axes[i]]
+Tensor transpose(const Tensor& a, int i, int j);              // permute swapping two axes
+Tensor concat_last(const std::vector<Tensor>& parts);         // join along the last axis
+Tensor slice_last(const Tensor& a, std::int64_t begin, std::int64_t end);  // a[..., begin:end]
+
+// ---- reductions -------------------------------------------------------------------------------------
+Tensor sum(const Tensor& a, int axis, bool keepdim = false);
+Tensor mean(const Tensor& a, int axis, bool keepdim = false);
+Tensor sum_all(const Tensor& a);                              // a one-element tensor of shape ()
+
+// ---- activations ------------------------------------------------------------------------------------
+Tensor relu(const Tensor& a);
+Tensor gelu(const Tensor& a);  // exact: x · Φ(x) = 0.5 x (1 + erf(x / √2)), PyTorch's default
+
+// ---- normalisation over the last axis -----------------------------------------------------------------
+// softmax(a + mask) over the last axis. mask (optional, undefined = none) is added before the softmax and
+// broadcasts to a; use 0 to keep and -infinity to drop a position. It is a constant: no gradient. A row
+// whose every position is dropped becomes all zeros (PyTorch would give NaN).
+Tensor softmax(const Tensor& a, const Tensor& mask = Tensor());
+Tensor log_softmax(const Tensor& a);
+// y = (x − mean) / sqrt(var + eps) · gamma + beta over the last axis C; var is the biased variance.
+// x: (..., C), gamma, beta: (C).
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps = real(1e-5));
+
+// ---- regularisation -----------------------------------------------------------------------------------
+// Inverted dropout: each value is zeroed with probability p, survivors are scaled by 1/(1−p). The mask of
+// element i is drawn from counter (rng.offset + i); the call advances rng by a.numel(). Identity when
+// p == 0 or when training is false.
+Tensor dropout(const Tensor& a, real p, Rng& rng, bool training = true);
+
+// ---- embeddings and the loss --------------------------------------------------------------------------
+// out[n, :] = table[ids[n], :]. table: (V, C); ids: any shape (given as `ids_shape`), out: ids_shape + (C).
+// Backward scatter-adds into table; rows with id == padding_idx get no gradient (padding_idx < 0: none).
+Tensor embedding(const Tensor& table, const std::vector<std::int32_t>& ids, const Shape& ids_shape,
+                 std::int32_t padding_idx = -1);
+
+// What cross_entropy measured besides the loss it returns.
+struct CrossEntropyStats {
+    double nll_sum = 0;        // Σ −log p(target) over counted positions (no smoothing)
+    std::int64_t count = 0;    // positions whose target is not ignore_index
+};
+
+// Label-smoothed cross-entropy, PyTorch's F.cross_entropy(logits, target, ignore_index, label_smoothing)
+// with mean reduction:  loss = 1/n Σ_i [(1−ε)(−log p_i,t_i) + ε/V Σ_j (−log p_i,j)] over the n positions
+// whose target is not ignore_index (0 when n = 0). logits: (N, V), target: N ids. Fused: the softmax is
+// never stored; backward recomputes it from the saved log-sum-exp of each row.
+Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t ignore_index,
+                     real label_smoothing, CrossEntropyStats* stats = nullptr);
+
+TF_NAMESPACE_END

@@ -1,0 +1,97 @@
+// Tensor: a dense, contiguous, row-major array of `real` with up to four dimensions (B, H, T, D),
+// plus what autograd needs: a gradient buffer of the same size and a flag saying whether ops on it
+// are recorded. A Tensor is a cheap handle (a shared pointer to its storage); copying it aliases.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tapeformer/config.h"
+
+TF_NAMESPACE_BEGIN
+
+// Up to four extents; rank 0 is a scalar with one element.
+struct Shape {
+    static constexpr int kMaxRank = 4;
+    std::array<std::int64_t, kMaxRank> dims{};
+    int rank = 0;
+
+    Shape() = default;
+    Shape(std::initializer_list<std::int64_t> d);
+    static Shape of(const std::vector<std::int64_t>& d);
+
+    std::int64_t numel() const;
+    // d[i]; negative i counts from the end, as in PyTorch.
+    std::int64_t operator[](int i) const;
+    std::int64_t& operator[](int i);
+    std::int64_t last() const { return rank ? dims[rank - 1] : 1; }
+    // All but the last dimension multiplied: the number of rows a last-axis op works on.
+    std::int64_t rows() const { return rank ? numel() / last() : 1; }
+    bool operator==(const Shape& o) const;
+    bool operator!=(const Shape& o) const { return !(*this == o); }
+    std::string str() const;  // "(2, 3, 4)"
+};
+
+// Memory behind one or more Tensor views. Buffers come from a caching pool (see pool.h), so a training
+// step re-uses the previous step's memory instead of asking the system allocator again.
+struct Storage {
+    real* data = nullptr;
+    real* grad = nullptr;       // allocated (zeroed) on first use
+    std::size_t size = 0;
+    bool requires_grad = false;
+    bool is_leaf = true;        // created by the user, not by an op: keeps .grad after backward
+    explicit Storage(std::size_t n);
+    ~Storage();
+    Storage(const Storage&) = delete;
+    Storage& operator=(const Storage&) = delete;
+};
+
+class Tensor {
+public:
+    Tensor() = default;  // an undefined tensor (defined() == false)
+
+    static Tensor empty(const Shape& shape);                 // uninitialised values
+    static Tensor zeros(const Shape& shape);
+    static Tensor full(const Shape& shape, real value);
+    static Tensor from(const std::vector<real>& values, const Shape& shape);
+    static Tensor scalar(real value) { return full(Shape{}, value); }
+
+    bool defined() const { return storage_ != nullptr; }
+    const Shape& shape() const { return shape_; }
+    std::int64_t size(int i) const { return shape_[i]; }
+    int rank() const { return shape_.rank; }
+    std::int64_t numel() const { return shape_.numel(); }
+
+    real* data() { return storage_->data; }
+    const real* data() const { return storage_->data; }
+    real item() const;                      // the value of a one-element tensor
+    std::vector<real> to_vector() const;
+
+    // Autograd state.
+    bool requires_grad() const { return storage_ && storage_->requires_grad; }
+    Tensor& set_requires_grad(bool on = true);
+    bool has_grad() const { return storage_ && storage_->grad; }
+    real* grad();                           // the gradient buffer, allocated and zeroed on first use
+    const real* grad() const;               // nullptr when no gradient has been accumulated
+    std::vector<real> grad_vector() const;  // a copy (zeros when none)
+    void zero_grad();                       // sets an existing gradient to zero, keeps the buffer
+    bool is_leaf() const { return storage_->is_leaf; }
+    void mark_non_leaf() { storage_->is_leaf = false; }
+
+    // A view with another shape over the same values and gradient (no copy, nothing recorded).
+    // One extent may be -1 and is inferred. Throws when the element counts differ.
+    Tensor reshape(const Shape& shape) const;
+    // A deep copy of values (no gradient, not recorded).
+    Tensor clone() const;
+
+    bool same_storage(const Tensor& o) const { return storage_ == o.storage_; }
+
+private:
+    std::shared_ptr<Storage> storage_;
+    Shape shape_;
+};
+
+TF_NAMESPACE_END

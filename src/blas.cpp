@@ -1,0 +1,67 @@
+// BLAS and thread settings. This is the one file that includes cblas.h (and omp.h outside kernels).
+#include "tapeformer/blas.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <thread>
+
+extern "C" {
+void openblas_set_num_threads(int);
+char* openblas_get_config(void);
+}
+
+TF_NAMESPACE_BEGIN
+
+static void gemm_impl(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                      const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
+                      std::int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                lda, B, ldb, beta, C, ldc);
+}
+
+static void gemm_impl(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, double alpha,
+                      const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C,
+                      std::int64_t ldc) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
+          std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {  // BLAS leaves C alone only for beta = 1; make the empty sum explicit
+        for (std::int64_t i = 0; i < M; ++i)
+            for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == real(0) ? real(0) : beta * C[i * ldc + j];
+        return;
+    }
+    gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_reference(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
+                    std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
+    for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t j = 0; j < N; ++j) {
+            double acc = 0;
+            for (std::int64_t k = 0; k < K; ++k) {
+                real a = ta ? A[k * lda + i] : A[i * lda + k];
+                real b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                acc += double(a) * double(b);
+            }
+            real c = beta == real(0) ? real(0) : beta * C[i * ldc + j];
+            C[i * ldc + j] = c + alpha * real(acc);
+        }
+}
+
+void set_threads(int n) {
+    if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+    if (n <= 0) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+const char* blas_info() { return openblas_get_config(); }
+
+TF_NAMESPACE_END

@@ -1,0 +1,148 @@
+// Tensor storage, shapes and views. The numerics live in ops.cpp; this file only manages memory.
+#include "tapeformer/tensor.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "tapeformer/pool.h"
+
+TF_NAMESPACE_BEGIN
+
+Shape::Shape(std::initializer_list<std::int64_t> d) {
+    if (d.size() > kMaxRank)
+        throw std::invalid_argument("Shape: at most " + std::to_string(kMaxRank) + " dimensions, got " +
+                                    std::to_string(d.size()));
+    for (std::int64_t x : d) dims[rank++] = x;
+}
+
+Shape Shape::of(const std::vector<std::int64_t>& d) {
+    if (d.size() > kMaxRank)
+        throw std::invalid_argument("Shape: at most " + std::to_string(kMaxRank) + " dimensions, got " +
+                                    std::to_string(d.size()));
+    Shape s;
+    for (std::int64_t x : d) s.dims[s.rank++] = x;
+    return s;
+}
+
+std::int64_t Shape::numel() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= dims[i];
+    return n;
+}
+
+static int axis_index(int i, int rank) {
+    int a = i < 0 ? i + rank : i;
+    if (a < 0 || a >= rank)
+        throw std::invalid_argument("Shape: axis " + std::to_string(i) + " out of range for rank " +
+                                    std::to_string(rank));
+    return a;
+}
+
+std::int64_t Shape::operator[](int i) const { return dims[axis_index(i, rank)]; }
+std::int64_t& Shape::operator[](int i) { return dims[axis_index(i, rank)]; }
+
+bool Shape::operator==(const Shape& o) const {
+    if (rank != o.rank) return false;
+    for (int i = 0; i < rank; ++i)
+        if (dims[i] != o.dims[i]) return false;
+    return true;
+}
+
+std::string Shape::str() const {
+    std::string s = "(";
+    for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+    return s + ")";
+}
+
+Storage::Storage(std::size_t n) : data(pool_alloc(n)), size(n) {}
+
+Storage::~Storage() {
+    pool_free(data, size);
+    pool_free(grad, size);
+}
+
+Tensor Tensor::empty(const Shape& shape) {
+    for (int i = 0; i < shape.rank; ++i)
+        if (shape.dims[i] < 0) throw std::invalid_argument("Tensor: negative extent in shape " + shape.str());
+    Tensor t;
+    t.storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape.numel()));
+    t.shape_ = shape;
+    return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape) { return full(shape, real(0)); }
+
+Tensor Tensor::full(const Shape& shape, real value) {
+    Tensor t = empty(shape);
+    real* p = t.data();
+    for (std::int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = value;
+    return t;
+}
+
+Tensor Tensor::from(const std::vector<real>& values, const Shape& shape) {
+    if (static_cast<std::int64_t>(values.size()) != shape.numel())
+        throw std::invalid_argument("Tensor::from: " + std::to_string(values.size()) + " values for shape " +
+                                    shape.str());
+    Tensor t = empty(shape);
+    std::copy(values.begin(), values.end(), t.data());
+    return t;
+}
+
+real Tensor::item() const {
+    if (numel() != 1) throw std::invalid_argument("Tensor::item: tensor of shape " + shape_.str() + " is not one value");
+    return data()[0];
+}
+
+std::vector<real> Tensor::to_vector() const { return std::vector<real>(data(), data() + numel()); }
+
+Tensor& Tensor::set_requires_grad(bool on) {
+    storage_->requires_grad = on;
+    return *this;
+}
+
+real* Tensor::grad() {
+    if (!storage_->grad) {
+        storage_->grad = pool_alloc(storage_->size);
+        std::memset(storage_->grad, 0, storage_->size * sizeof(real));
+    }
+    return storage_->grad;
+}
+
+const real* Tensor::grad() const { return storage_->grad; }
+
+std::vector<real> Tensor::grad_vector() const {
+    if (!has_grad()) return std::vector<real>(numel(), real(0));
+    return std::vector<real>(storage_->grad, storage_->grad + numel());
+}
+
+void Tensor::zero_grad() {
+    if (storage_ && storage_->grad) std::memset(storage_->grad, 0, storage_->size * sizeof(real));
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+    Shape s = shape;
+    int infer = -1;
+    std::int64_t known = 1;
+    for (int i = 0; i < s.rank; ++i) {
+        if (s.dims[i] == -1) {
+            if (infer >= 0) throw std::invalid_argument("reshape: more than one -1 in " + shape.str());
+            infer = i;
+        } else {
+            known *= s.dims[i];
+        }
+    }
+    if (infer >= 0 && known > 0 && numel() % known == 0) s.dims[infer] = numel() / known;
+    if (s.numel() != numel())
+        throw std::invalid_argument("reshape: cannot view " + shape_.str() + " as " + shape.str());
+    Tensor t = *this;
+    t.shape_ = s;
+    return t;
+}
+
+Tensor Tensor::clone() const {
+    Tensor t = empty(shape_);
+    std::memcpy(t.data(), data(), numel() * sizeof(real));
+    return t;
+}
+
+TF_NAMESPACE_END
