@@ -34,9 +34,16 @@ double projected(const GradcheckFn& f, const std::vector<Tensor>& inputs, const 
     return total;
 }
 
+// The first few input shapes, then a count: block checks have dozens of parameter inputs.
 std::string shapes_of(const std::vector<Tensor>& inputs) {
     std::string s;
-    for (const Tensor& t : inputs) s += (s.empty() ? "" : " ") + t.shape().str();
+    const std::size_t shown = inputs.size() <= 4 ? inputs.size() : 2;
+    for (std::size_t i = 0; i < shown; ++i) s += (s.empty() ? "" : " ") + inputs[i].shape().str();
+    if (shown < inputs.size()) {
+        std::int64_t values = 0;
+        for (std::size_t i = shown; i < inputs.size(); ++i) values += inputs[i].numel();
+        s += " + " + std::to_string(inputs.size() - shown) + " more (" + std::to_string(values) + " values)";
+    }
     return s;
 }
 
@@ -69,7 +76,9 @@ GradcheckResult gradcheck(const std::string& name, const GradcheckFn& f, std::ve
         const std::vector<real> analytic = t.grad_vector();
         double max_abs = 0, max_num = 0;
         real* x = t.data();
-        for (std::int64_t i = 0; i < t.numel(); ++i) {
+        const std::int64_t n = t.numel();
+        const std::int64_t stride = options.max_per_input > 0 && n > options.max_per_input ? n / options.max_per_input : 1;
+        for (std::int64_t i = 0; i < n; i += stride) {
             const real saved = x[i];
             x[i] = real(saved + h);
             const double plus = projected(f, inputs, r);

@@ -176,7 +176,8 @@ struct MatmulDims {
 // call after another when they are large.
 template <class F>
 void over_batch(const MatmulDims& d, F product) {
-    const bool split = d.batch > 1 && d.M * d.N * d.K < (std::int64_t(1) << 22);
+    const std::int64_t flops_each = d.M * d.N * d.K;
+    const bool split = d.batch > 1 && flops_each < (std::int64_t(1) << 22) && d.batch * flops_each >= kParallelGrain;
 #pragma omp parallel for schedule(static) if (split)
     for (std::int64_t i = 0; i < d.batch; ++i) product(i);
 }

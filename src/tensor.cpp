@@ -105,18 +105,19 @@ real* Tensor::grad() {
         storage_->grad = pool_alloc(storage_->size);
         std::memset(storage_->grad, 0, storage_->size * sizeof(real));
     }
-    return storage_->grad;
+    return storage_->grad + offset_;
 }
 
-const real* Tensor::grad() const { return storage_->grad; }
+const real* Tensor::grad() const { return storage_->grad ? storage_->grad + offset_ : nullptr; }
 
 std::vector<real> Tensor::grad_vector() const {
     if (!has_grad()) return std::vector<real>(numel(), real(0));
-    return std::vector<real>(storage_->grad, storage_->grad + numel());
+    const real* g = grad();
+    return std::vector<real>(g, g + numel());
 }
 
 void Tensor::zero_grad() {
-    if (storage_ && storage_->grad) std::memset(storage_->grad, 0, storage_->size * sizeof(real));
+    if (storage_ && storage_->grad) std::memset(storage_->grad + offset_, 0, numel() * sizeof(real));
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
@@ -136,6 +137,16 @@ Tensor Tensor::reshape(const Shape& shape) const {
         throw std::invalid_argument("reshape: cannot view " + shape_.str() + " as " + shape.str());
     Tensor t = *this;
     t.shape_ = s;
+    return t;
+}
+
+Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
+    if (rank() == 0 || begin < 0 || end > shape_.dims[0] || begin > end)
+        throw std::invalid_argument("rows: range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                    ") is not inside the first axis of " + shape_.str());
+    Tensor t = *this;
+    t.offset_ += begin * (shape_.dims[0] ? numel() / shape_.dims[0] : 0);
+    t.shape_.dims[0] = end - begin;
     return t;
 }
 

@@ -19,6 +19,7 @@ struct GradcheckOptions {
     double step = 1e-6;          // h; the float32 build uses 1e-2 when left at this default
     double tolerance = 1e-6;     // pass when max |analytic − numeric| / max |numeric| ≤ tolerance (float32: 1e-2)
     std::uint64_t seed = 1;      // for the upstream vector r
+    std::int64_t max_per_input = 0;  // > 0: perturb only this many elements of each input, evenly spread
 };
 
 struct GradcheckResult {

@@ -65,8 +65,8 @@ public:
     int rank() const { return shape_.rank; }
     std::int64_t numel() const { return shape_.numel(); }
 
-    real* data() { return storage_->data; }
-    const real* data() const { return storage_->data; }
+    real* data() { return storage_->data + offset_; }
+    const real* data() const { return storage_->data + offset_; }
     real item() const;                      // the value of a one-element tensor
     std::vector<real> to_vector() const;
 
@@ -84,6 +84,9 @@ public:
     // A view with another shape over the same values and gradient (no copy, nothing recorded).
     // One extent may be -1 and is inferred. Throws when the element counts differ.
     Tensor reshape(const Shape& shape) const;
+    // A view of rows [begin, end) of the first axis (contiguous, so no copy): the value and gradient of
+    // each row are those of this tensor. Used to take W_q, W_k, W_v out of the fused (3C, C) projection.
+    Tensor rows(std::int64_t begin, std::int64_t end) const;
     // A deep copy of values (no gradient, not recorded).
     Tensor clone() const;
 
@@ -92,6 +95,7 @@ public:
 private:
     std::shared_ptr<Storage> storage_;
     Shape shape_;
+    std::int64_t offset_ = 0;  // first element of this view inside the storage
 };
 
 TF_NAMESPACE_END

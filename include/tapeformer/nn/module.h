@@ -1,0 +1,31 @@
+// What every module shares: a way to list its parameters under the names users see in checkpoints
+// (PyTorch's state-dict names), and the switch between training and evaluation behaviour (dropout).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tapeformer/random.h"
+#include "tapeformer/tensor.h"
+
+TF_NAMESPACE_BEGIN
+
+struct NamedTensor {
+    std::string name;   // "encoder.layers.0.self_attn.in_proj_weight"
+    Tensor tensor;
+};
+using ParamList = std::vector<NamedTensor>;
+
+// How one forward pass runs. Passed down through every module's forward().
+struct Pass {
+    Rng* dropout_rng = nullptr;   // training: dropout masks come from here; nullptr: evaluation, no dropout
+    bool keep_attention = false;  // attention modules keep their weights (B, H, Tq, Tk) for inspection
+    bool training() const { return dropout_rng != nullptr; }
+};
+
+// Dropout with probability p when the pass is training, the identity otherwise.
+Tensor dropout(const Tensor& x, real p, const Pass& pass);
+
+// A fresh parameter: zero-filled leaf tensor that requires grad. Modules initialise it afterwards.
+Tensor make_param(const Shape& shape);
+
+TF_NAMESPACE_END

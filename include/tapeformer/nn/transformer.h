@@ -1,0 +1,146 @@
+// The encoder–decoder Transformer of "Attention Is All You Need" (Vaswani et al. 2017), with PyTorch's
+// nn.Transformer parameter names so that checkpoints load into an equivalent PyTorch model.
+//
+//   encoder layer (post-norm):  x = LN₁(x + Dropout(SelfAttn(x)));  x = LN₂(x + Dropout(FFN(x)))
+//   decoder layer (post-norm):  x = LN₁(x + Dropout(CausalSelfAttn(x)))
+//                               x = LN₂(x + Dropout(CrossAttn(x, memory)))
+//                               x = LN₃(x + Dropout(FFN(x)))
+//   pre-norm instead computes x = x + Dropout(Sublayer(LN(x))) and ends each stack with a LayerNorm.
+//   logits = decoder output @ generatorᵀ
+//
+// Batch conventions: source = tokens + EOS; decoder input = BOS + tokens; target = tokens + EOS; rows are
+// right-padded with pad_id, and padded keys are masked out of every attention.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tapeformer/nn/attention.h"
+#include "tapeformer/nn/embedding.h"
+#include "tapeformer/nn/feed_forward.h"
+#include "tapeformer/nn/layer_norm.h"
+
+TF_NAMESPACE_BEGIN
+
+enum class NormPosition { Post, Pre };
+enum class Tying { None, Decoder, All };
+
+struct ModelConfig {
+    std::int64_t src_vocab = 8000;    // V of the source side (with the special tokens)
+    std::int64_t tgt_vocab = 8000;    // V of the target side; must equal src_vocab when tie == All
+    std::int64_t d_model = 256;       // C: width of every token's vector
+    std::int64_t heads = 4;           // H: attention heads; D = C / H must be whole
+    std::int64_t ffn = 1024;          // F: inner width of the feed-forward network
+    std::int64_t enc_layers = 3;      // encoder layers
+    std::int64_t dec_layers = 3;      // decoder layers
+    double dropout = 0.1;             // after embeddings and on every sublayer's output
+    double attention_dropout = 0.1;   // on attention weights (PyTorch's layers use `dropout` here too)
+    double activation_dropout = 0.1;  // inside the FFN, after the activation (PyTorch: `dropout` too)
+    NormPosition norm = NormPosition::Post;  // the paper's layout; Pre trains more stably when deep
+    Activation activation = Activation::ReLU;
+    Tying tie = Tying::None;          // None; Decoder: target embedding = output projection; All: one table
+    PositionalKind positional = PositionalKind::Sinusoidal;
+    std::int64_t max_len = 256;       // longest sequence the positional table covers
+    std::int32_t pad_id = 0, bos_id = 1, eos_id = 2;
+
+    // Throws std::invalid_argument naming the offending setting(s), before anything is allocated.
+    void validate() const;
+    // As strings, for the safetensors header's __metadata__, and back (unknown keys are ignored,
+    // missing ones keep their defaults, malformed values throw).
+    std::map<std::string, std::string> to_metadata() const;
+    static ModelConfig from_metadata(const std::map<std::string, std::string>& metadata);
+};
+
+const char* to_string(NormPosition n);
+const char* to_string(Activation a);
+const char* to_string(Tying t);
+const char* to_string(PositionalKind p);
+NormPosition parse_norm_position(const std::string& s);
+Activation parse_activation(const std::string& s);
+Tying parse_tying(const std::string& s);
+PositionalKind parse_positional(const std::string& s);
+
+struct EncoderLayer {
+    MultiHeadAttention self_attn;
+    FeedForward ff;  // linear1, linear2
+    LayerNorm norm1, norm2;
+    real dropout_p = 0;
+    NormPosition norm = NormPosition::Post;
+
+    EncoderLayer() = default;
+    explicit EncoderLayer(const ModelConfig& c);
+    // x (B, S, C), mask (B, 1, 1, S) -> (B, S, C)
+    Tensor forward(const Tensor& x, const Tensor& mask, const Pass& pass);
+    void parameters(ParamList& out, const std::string& prefix) const;
+    void init(Rng& rng);
+};
+
+struct DecoderLayer {
+    MultiHeadAttention self_attn;       // causal
+    MultiHeadAttention multihead_attn;  // cross-attention over the encoder output
+    FeedForward ff;
+    LayerNorm norm1, norm2, norm3;
+    real dropout_p = 0;
+    NormPosition norm = NormPosition::Post;
+
+    DecoderLayer() = default;
+    explicit DecoderLayer(const ModelConfig& c);
+    // x (B, T, C), memory (B, S, C), self_mask (B, 1, T, T), memory_mask (B, 1, 1, S) -> (B, T, C)
+    Tensor forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
+                   const Pass& pass);
+    void parameters(ParamList& out, const std::string& prefix) const;
+    void init(Rng& rng);
+};
+
+class Transformer {
+public:
+    ModelConfig config;
+    Embedding src_embed, tgt_embed;  // tgt_embed shares src_embed's table when tie == All
+    PositionalEncoding positional;
+    std::vector<EncoderLayer> encoder;
+    std::vector<DecoderLayer> decoder;
+    LayerNorm encoder_norm, decoder_norm;  // pre-norm only
+    Tensor generator;  // (V_tgt, C), no bias; the target embedding's table when tied
+
+    // Validates the config, allocates and initialises every parameter from `seed`.
+    explicit Transformer(const ModelConfig& config, std::uint64_t seed = 1);
+    Transformer(const Transformer&) = delete;
+    Transformer& operator=(const Transformer&) = delete;
+
+    // Every parameter under its PyTorch name, in a fixed order. With tying, the shared tensor appears
+    // under each of its names (optimizers and savers handle the sharing).
+    ParamList parameters() const;
+    std::int64_t parameter_count() const;  // distinct values (a shared table counted once)
+
+    // src (B, S) -> memory (B, S, C)
+    Tensor encode(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S, const Pass& pass);
+    // dec_in (B, T), memory (B, S, C), src (B, S) for the memory mask -> hidden (B, T, C)
+    Tensor decode(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
+                  const std::vector<std::int32_t>& src, std::int64_t S, const Pass& pass);
+    Tensor project(const Tensor& hidden) const;  // (B, T, C) -> logits (B, T, V)
+    // The whole model: logits (B, T, V).
+    Tensor forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
+                   const std::vector<std::int32_t>& dec_in, std::int64_t T, const Pass& pass);
+
+    // Every attention module under its name ("encoder.layers.0.self_attn", ...): head gates ξ and, after a
+    // pass with keep_attention, the attention weights.
+    std::vector<std::pair<std::string, MultiHeadAttention*>> attentions();
+
+private:
+    void check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
+                   std::int64_t V) const;
+};
+
+// What a training or evaluation step reports about the loss.
+struct LossReport {
+    double loss = 0;          // label-smoothed, mean over non-pad targets: what is minimised
+    double nll = 0;           // mean −log p(target) without smoothing
+    double ppl = 0;           // exp(nll)
+    std::int64_t tokens = 0;  // non-pad target positions
+};
+
+// Label-smoothed cross-entropy of logits (B, T, V) against target (B, T), pad positions ignored.
+Tensor sequence_loss(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t pad,
+                     real label_smoothing, LossReport* report = nullptr);
+
+TF_NAMESPACE_END

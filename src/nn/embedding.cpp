@@ -1,0 +1,57 @@
+// Token embeddings and positional encodings.
+#include "tapeformer/nn/embedding.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "tapeformer/nn/linear.h"
+#include "tapeformer/ops.h"
+
+TF_NAMESPACE_BEGIN
+
+Embedding::Embedding(std::int64_t V, std::int64_t C, std::int32_t pad)
+    : weight(make_param({V, C})), padding_idx(pad), scale(real(std::sqrt(double(C)))) {}
+
+Tensor Embedding::forward(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T) const {
+    Tensor x = embedding(weight, ids, {B, T}, padding_idx);  // (B, T, C)
+    return scale == real(1) ? x : tf::scale(x, scale);
+}
+
+void Embedding::init(Rng& rng) {
+    init_normal(weight, rng, 1.0 / std::sqrt(double(weight.size(1))));
+    if (padding_idx >= 0 && padding_idx < weight.size(0)) {
+        real* row = weight.data() + std::int64_t(padding_idx) * weight.size(1);
+        for (std::int64_t c = 0; c < weight.size(1); ++c) row[c] = 0;
+    }
+}
+
+PositionalEncoding::PositionalEncoding(PositionalKind k, std::int64_t max_len, std::int64_t C) : kind(k) {
+    if (kind == PositionalKind::Learned) {
+        table = make_param({max_len, C});
+        return;
+    }
+    table = Tensor::empty({max_len, C});  // a constant: no gradient
+    real* pe = table.data();
+    for (std::int64_t pos = 0; pos < max_len; ++pos)
+        for (std::int64_t i = 0; i < C; i += 2) {
+            // 1 / 10000^(i/C) computed as exp(−i · ln(10000) / C), as PyTorch's tutorials do
+            const double angle = double(pos) * std::exp(-double(i) * std::log(10000.0) / double(C));
+            pe[pos * C + i] = real(std::sin(angle));
+            if (i + 1 < C) pe[pos * C + i + 1] = real(std::cos(angle));
+        }
+}
+
+Tensor PositionalEncoding::forward(const Tensor& x, std::int64_t start) const {
+    const std::int64_t T = x.size(1);
+    if (start + T > table.size(0))
+        throw std::invalid_argument("positional encoding: position " + std::to_string(start + T - 1) +
+                                    " is beyond max_len " + std::to_string(table.size(0)) +
+                                    " (raise the model's max_len or shorten the input)");
+    return add(x, table.rows(start, start + T));  // (B, T, C) + (T, C)
+}
+
+void PositionalEncoding::parameters(ParamList& out, const std::string& prefix) const {
+    if (kind == PositionalKind::Learned) out.push_back({prefix + "weight", table});
+}
+
+TF_NAMESPACE_END

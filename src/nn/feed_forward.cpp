@@ -1,0 +1,27 @@
+// Position-wise feed-forward network.
+#include "tapeformer/nn/feed_forward.h"
+
+#include "tapeformer/ops.h"
+
+TF_NAMESPACE_BEGIN
+
+FeedForward::FeedForward(std::int64_t C, std::int64_t F, Activation act, real dropout)
+    : linear1(C, F, true), linear2(F, C, true), activation(act), dropout_p(dropout) {}
+
+Tensor FeedForward::forward(const Tensor& x, const Pass& pass) const {
+    Tensor h = linear1.forward(x);  // (B, T, F)
+    h = activation == Activation::ReLU ? relu(h) : gelu(h);
+    return linear2.forward(dropout(h, dropout_p, pass));  // (B, T, C)
+}
+
+void FeedForward::parameters(ParamList& out, const std::string& prefix) const {
+    linear1.parameters(out, prefix + "linear1.");
+    linear2.parameters(out, prefix + "linear2.");
+}
+
+void FeedForward::init(Rng& rng) {
+    linear1.init(rng);
+    linear2.init(rng);
+}
+
+TF_NAMESPACE_END

@@ -1,0 +1,323 @@
+// The encoder–decoder Transformer: configuration, layers, stacks and the model, composed from modules.
+#include "tapeformer/nn/transformer.h"
+
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/ops.h"
+
+TF_NAMESPACE_BEGIN
+
+// ---- configuration ---------------------------------------------------------------------------------------
+
+const char* to_string(NormPosition n) { return n == NormPosition::Post ? "post" : "pre"; }
+const char* to_string(Activation a) { return a == Activation::ReLU ? "relu" : "gelu"; }
+const char* to_string(Tying t) { return t == Tying::None ? "none" : t == Tying::Decoder ? "decoder" : "all"; }
+const char* to_string(PositionalKind p) { return p == PositionalKind::Sinusoidal ? "sinusoidal" : "learned"; }
+
+NormPosition parse_norm_position(const std::string& s) {
+    if (s == "post") return NormPosition::Post;
+    if (s == "pre") return NormPosition::Pre;
+    throw std::invalid_argument("norm position '" + s + "' is not one of: post, pre");
+}
+Activation parse_activation(const std::string& s) {
+    if (s == "relu") return Activation::ReLU;
+    if (s == "gelu") return Activation::GELU;
+    throw std::invalid_argument("activation '" + s + "' is not one of: relu, gelu");
+}
+Tying parse_tying(const std::string& s) {
+    if (s == "none") return Tying::None;
+    if (s == "decoder") return Tying::Decoder;
+    if (s == "all") return Tying::All;
+    throw std::invalid_argument("embedding tying '" + s + "' is not one of: none, decoder, all");
+}
+PositionalKind parse_positional(const std::string& s) {
+    if (s == "sinusoidal") return PositionalKind::Sinusoidal;
+    if (s == "learned") return PositionalKind::Learned;
+    throw std::invalid_argument("positional encoding '" + s + "' is not one of: sinusoidal, learned");
+}
+
+void ModelConfig::validate() const {
+    auto positive = [](const char* name, std::int64_t v) {
+        if (v <= 0) throw std::invalid_argument(std::string("model config: ") + name + " must be positive, got " + std::to_string(v));
+    };
+    positive("d_model", d_model);
+    positive("heads", heads);
+    positive("ffn", ffn);
+    positive("src_vocab", src_vocab);
+    positive("tgt_vocab", tgt_vocab);
+    positive("max_len", max_len);
+    if (enc_layers < 1 || dec_layers < 1)
+        throw std::invalid_argument("model config: enc_layers and dec_layers must be at least 1, got " +
+                                    std::to_string(enc_layers) + " and " + std::to_string(dec_layers));
+    if (d_model % heads != 0)
+        throw std::invalid_argument("model config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
+                                    std::to_string(heads));
+    for (auto [name, p] : {std::pair<const char*, double>{"dropout", dropout}, {"attention_dropout", attention_dropout},
+                           {"activation_dropout", activation_dropout}})
+        if (!(p >= 0 && p < 1)) throw std::invalid_argument(std::string("model config: ") + name + " must be in [0, 1), got " + std::to_string(p));
+    if (tie == Tying::All && src_vocab != tgt_vocab)
+        throw std::invalid_argument("model config: tie 'all' shares one embedding table, which needs a joint vocabulary, "
+                                    "but src_vocab is " + std::to_string(src_vocab) + " and tgt_vocab " + std::to_string(tgt_vocab));
+    for (auto [name, id] : {std::pair<const char*, std::int32_t>{"pad_id", pad_id}, {"bos_id", bos_id}, {"eos_id", eos_id}})
+        if (id < 0 || id >= std::min(src_vocab, tgt_vocab))
+            throw std::invalid_argument(std::string("model config: ") + name + " " + std::to_string(id) + " is outside the vocabulary");
+}
+
+std::map<std::string, std::string> ModelConfig::to_metadata() const {
+    auto num = [](double v) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", v);
+        return std::string(buf);
+    };
+    return {{"src_vocab", std::to_string(src_vocab)},   {"tgt_vocab", std::to_string(tgt_vocab)},
+            {"d_model", std::to_string(d_model)},       {"heads", std::to_string(heads)},
+            {"ffn", std::to_string(ffn)},               {"enc_layers", std::to_string(enc_layers)},
+            {"dec_layers", std::to_string(dec_layers)}, {"dropout", num(dropout)},
+            {"attention_dropout", num(attention_dropout)}, {"activation_dropout", num(activation_dropout)},
+            {"norm", to_string(norm)},                  {"activation", to_string(activation)},
+            {"tie", to_string(tie)},                    {"positional", to_string(positional)},
+            {"max_len", std::to_string(max_len)},       {"pad_id", std::to_string(pad_id)},
+            {"bos_id", std::to_string(bos_id)},         {"eos_id", std::to_string(eos_id)}};
+}
+
+ModelConfig ModelConfig::from_metadata(const std::map<std::string, std::string>& m) {
+    ModelConfig c;
+    auto get_int = [&](const char* key, auto& field) {
+        auto it = m.find(key);
+        if (it == m.end()) return;
+        try {
+            std::size_t used = 0;
+            long long v = std::stoll(it->second, &used);
+            if (used != it->second.size()) throw std::invalid_argument("trailing text");
+            field = static_cast<std::remove_reference_t<decltype(field)>>(v);
+        } catch (const std::exception&) {
+            throw std::invalid_argument(std::string("model metadata: ") + key + " = '" + it->second + "' is not an integer");
+        }
+    };
+    auto get_real = [&](const char* key, double& field) {
+        auto it = m.find(key);
+        if (it == m.end()) return;
+        try {
+            field = std::stod(it->second);
+        } catch (const std::exception&) {
+            throw std::invalid_argument(std::string("model metadata: ") + key + " = '" + it->second + "' is not a number");
+        }
+    };
+    get_int("src_vocab", c.src_vocab);
+    get_int("tgt_vocab", c.tgt_vocab);
+    get_int("d_model", c.d_model);
+    get_int("heads", c.heads);
+    get_int("ffn", c.ffn);
+    get_int("enc_layers", c.enc_layers);
+    get_int("dec_layers", c.dec_layers);
+    get_int("max_len", c.max_len);
+    get_int("pad_id", c.pad_id);
+    get_int("bos_id", c.bos_id);
+    get_int("eos_id", c.eos_id);
+    get_real("dropout", c.dropout);
+    get_real("attention_dropout", c.attention_dropout);
+    get_real("activation_dropout", c.activation_dropout);
+    if (auto it = m.find("norm"); it != m.end()) c.norm = parse_norm_position(it->second);
+    if (auto it = m.find("activation"); it != m.end()) c.activation = parse_activation(it->second);
+    if (auto it = m.find("tie"); it != m.end()) c.tie = parse_tying(it->second);
+    if (auto it = m.find("positional"); it != m.end()) c.positional = parse_positional(it->second);
+    return c;
+}
+
+// ---- layers ------------------------------------------------------------------------------------------------
+
+EncoderLayer::EncoderLayer(const ModelConfig& c)
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout)),
+      ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
+      norm1(c.d_model), norm2(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
+
+Tensor EncoderLayer::forward(const Tensor& x, const Tensor& mask, const Pass& pass) {
+    if (norm == NormPosition::Post) {
+        Tensor h = norm1.forward(add(x, dropout(self_attn.forward(x, x, mask, pass), dropout_p, pass)));
+        return norm2.forward(add(h, dropout(ff.forward(h, pass), dropout_p, pass)));
+    }
+    Tensor n1 = norm1.forward(x);
+    Tensor h = add(x, dropout(self_attn.forward(n1, n1, mask, pass), dropout_p, pass));
+    return add(h, dropout(ff.forward(norm2.forward(h), pass), dropout_p, pass));
+}
+
+void EncoderLayer::parameters(ParamList& out, const std::string& prefix) const {
+    self_attn.parameters(out, prefix + "self_attn.");
+    ff.parameters(out, prefix);
+    norm1.parameters(out, prefix + "norm1.");
+    norm2.parameters(out, prefix + "norm2.");
+}
+
+void EncoderLayer::init(Rng& rng) {
+    self_attn.init(rng);
+    ff.init(rng);
+}
+
+DecoderLayer::DecoderLayer(const ModelConfig& c)
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout)),
+      multihead_attn(c.d_model, c.heads, real(c.attention_dropout)),
+      ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
+      norm1(c.d_model), norm2(c.d_model), norm3(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
+
+Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
+                             const Pass& pass) {
+    if (norm == NormPosition::Post) {
+        Tensor h = norm1.forward(add(x, dropout(self_attn.forward(x, x, self_mask, pass), dropout_p, pass)));
+        h = norm2.forward(add(h, dropout(multihead_attn.forward(h, memory, memory_mask, pass), dropout_p, pass)));
+        return norm3.forward(add(h, dropout(ff.forward(h, pass), dropout_p, pass)));
+    }
+    Tensor n1 = norm1.forward(x);
+    Tensor h = add(x, dropout(self_attn.forward(n1, n1, self_mask, pass), dropout_p, pass));
+    h = add(h, dropout(multihead_attn.forward(norm2.forward(h), memory, memory_mask, pass), dropout_p, pass));
+    return add(h, dropout(ff.forward(norm3.forward(h), pass), dropout_p, pass));
+}
+
+void DecoderLayer::parameters(ParamList& out, const std::string& prefix) const {
+    self_attn.parameters(out, prefix + "self_attn.");
+    multihead_attn.parameters(out, prefix + "multihead_attn.");
+    ff.parameters(out, prefix);
+    norm1.parameters(out, prefix + "norm1.");
+    norm2.parameters(out, prefix + "norm2.");
+    norm3.parameters(out, prefix + "norm3.");
+}
+
+void DecoderLayer::init(Rng& rng) {
+    self_attn.init(rng);
+    multihead_attn.init(rng);
+    ff.init(rng);
+}
+
+// ---- the model ---------------------------------------------------------------------------------------------
+
+namespace {
+const ModelConfig& validated(const ModelConfig& c) {
+    c.validate();
+    return c;
+}
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
+    : config(validated(c)),
+      src_embed(c.src_vocab, c.d_model, c.pad_id),
+      positional(c.positional, c.max_len, c.d_model) {
+    Rng rng(seed);
+    src_embed.init(rng);
+    if (c.tie == Tying::All) {
+        tgt_embed = src_embed;  // the same table (Tensor handles alias)
+    } else {
+        tgt_embed = Embedding(c.tgt_vocab, c.d_model, c.pad_id);
+        tgt_embed.init(rng);
+    }
+    if (c.positional == PositionalKind::Learned) init_normal(positional.table, rng, 0.02);
+    for (std::int64_t i = 0; i < c.enc_layers; ++i) {
+        encoder.emplace_back(c);
+        encoder.back().init(rng);
+    }
+    for (std::int64_t i = 0; i < c.dec_layers; ++i) {
+        decoder.emplace_back(c);
+        decoder.back().init(rng);
+    }
+    if (c.norm == NormPosition::Pre) {
+        encoder_norm = LayerNorm(c.d_model);
+        decoder_norm = LayerNorm(c.d_model);
+    }
+    if (c.tie == Tying::None) {
+        generator = make_param({c.tgt_vocab, c.d_model});
+        init_xavier_uniform(generator, rng);
+    } else {
+        generator = tgt_embed.weight;
+    }
+}
+
+ParamList Transformer::parameters() const {
+    ParamList out;
+    out.push_back({"src_embed.weight", src_embed.weight});
+    out.push_back({"tgt_embed.weight", tgt_embed.weight});
+    positional.parameters(out, "positional.");
+    for (std::size_t i = 0; i < encoder.size(); ++i) encoder[i].parameters(out, "encoder.layers." + std::to_string(i) + ".");
+    if (config.norm == NormPosition::Pre) encoder_norm.parameters(out, "encoder.norm.");
+    for (std::size_t i = 0; i < decoder.size(); ++i) decoder[i].parameters(out, "decoder.layers." + std::to_string(i) + ".");
+    if (config.norm == NormPosition::Pre) decoder_norm.parameters(out, "decoder.norm.");
+    out.push_back({"generator.weight", generator});
+    return out;
+}
+
+std::int64_t Transformer::parameter_count() const {
+    std::int64_t n = 0;
+    std::vector<Tensor> seen;
+    for (const auto& p : parameters()) {
+        bool shared = false;
+        for (const Tensor& s : seen) shared = shared || s.same_storage(p.tensor);
+        if (shared) continue;
+        seen.push_back(p.tensor);
+        n += p.tensor.numel();
+    }
+    return n;
+}
+
+void Transformer::check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
+                            std::int64_t V) const {
+    if (static_cast<std::int64_t>(ids.size()) != B * T)
+        throw std::invalid_argument(std::string(what) + ": " + std::to_string(ids.size()) + " ids for a (" + std::to_string(B) +
+                                    ", " + std::to_string(T) + ") batch");
+    (void)V;  // the embedding op range-checks every id
+}
+
+Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S, const Pass& pass) {
+    check_ids("encode", src, B, S, config.src_vocab);
+    const Tensor mask = key_padding_mask(src, B, S, config.pad_id);  // (B, 1, 1, S)
+    Tensor x = dropout(positional.forward(src_embed.forward(src, B, S)), real(config.dropout), pass);  // (B, S, C)
+    for (auto& layer : encoder) x = layer.forward(x, mask, pass);
+    return config.norm == NormPosition::Pre ? encoder_norm.forward(x) : x;
+}
+
+Tensor Transformer::decode(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
+                           const std::vector<std::int32_t>& src, std::int64_t S, const Pass& pass) {
+    check_ids("decode", dec_in, B, T, config.tgt_vocab);
+    check_ids("decode (source)", src, B, S, config.src_vocab);
+    const Tensor self_mask = causal_padding_mask(dec_in, B, T, config.pad_id);  // (B, 1, T, T)
+    const Tensor memory_mask = key_padding_mask(src, B, S, config.pad_id);      // (B, 1, 1, S)
+    Tensor x = dropout(positional.forward(tgt_embed.forward(dec_in, B, T)), real(config.dropout), pass);  // (B, T, C)
+    for (auto& layer : decoder) x = layer.forward(x, memory, self_mask, memory_mask, pass);
+    return config.norm == NormPosition::Pre ? decoder_norm.forward(x) : x;
+}
+
+Tensor Transformer::project(const Tensor& hidden) const {
+    return matmul(hidden, generator, false, true);  // (B, T, C) @ (V, C)ᵀ -> (B, T, V)
+}
+
+Tensor Transformer::forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
+                            const std::vector<std::int32_t>& dec_in, std::int64_t T, const Pass& pass) {
+    Tensor memory = encode(src, B, S, pass);
+    return project(decode(dec_in, B, T, memory, src, S, pass));
+}
+
+std::vector<std::pair<std::string, MultiHeadAttention*>> Transformer::attentions() {
+    std::vector<std::pair<std::string, MultiHeadAttention*>> out;
+    for (std::size_t i = 0; i < encoder.size(); ++i)
+        out.push_back({"encoder.layers." + std::to_string(i) + ".self_attn", &encoder[i].self_attn});
+    for (std::size_t i = 0; i < decoder.size(); ++i) {
+        out.push_back({"decoder.layers." + std::to_string(i) + ".self_attn", &decoder[i].self_attn});
+        out.push_back({"decoder.layers." + std::to_string(i) + ".multihead_attn", &decoder[i].multihead_attn});
+    }
+    return out;
+}
+
+Tensor sequence_loss(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t pad,
+                     real label_smoothing, LossReport* report) {
+    const std::int64_t V = logits.size(-1);
+    CrossEntropyStats stats;
+    Tensor loss = cross_entropy(logits.reshape({-1, V}), target, pad, label_smoothing, &stats);  // (B·T, V) -> ()
+    if (report) {
+        report->loss = loss.item();
+        report->tokens = stats.count;
+        report->nll = stats.count ? stats.nll_sum / double(stats.count) : 0.0;
+        report->ppl = std::exp(report->nll);
+    }
+    return loss;
+}
+
+TF_NAMESPACE_END
