@@ -1,0 +1,149 @@
+// File I/O with POSIX calls (so that failures carry errno), and a table-driven CRC-32C. See io.h.
+#include "tapeformer/io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+std::string reason(int err) { return std::strerror(err); }
+
+// The directory that holds `path` ("." for a bare file name), for the fsync that makes a rename durable.
+std::string parent_dir(const std::string& path) {
+    std::size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) return ".";
+    if (slash == 0) return "/";
+    return path.substr(0, slash);
+}
+
+// Writes all of `bytes` to `fd`, retrying short writes and interruptions. Returns 0 or an errno value.
+int write_all(int fd, std::string_view bytes) {
+    const char* p = bytes.data();
+    std::size_t left = bytes.size();
+    while (left > 0) {
+        ssize_t n = ::write(fd, p, left);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        p += n;
+        left -= static_cast<std::size_t>(n);
+    }
+    return 0;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    auto fail = [&](const std::string& what, int err) {
+        ::unlink(tmp.c_str());  // nothing to do if it was never created
+        throw std::runtime_error("cannot write '" + path + "': " + what + ": " + reason(err));
+    };
+
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) fail("cannot create temporary file '" + tmp + "'", errno);
+    if (int err = write_all(fd, bytes)) {
+        ::close(fd);
+        fail("write to '" + tmp + "' failed", err);
+    }
+    // fsync before rename: otherwise a crash can leave the new name pointing at an empty file.
+    if (::fsync(fd) != 0) {
+        int err = errno;
+        ::close(fd);
+        fail("fsync of '" + tmp + "' failed", err);
+    }
+    if (::close(fd) != 0) fail("close of '" + tmp + "' failed", errno);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename from '" + tmp + "' failed", errno);
+
+    // The rename lives in the directory: fsync it so that the new name survives a crash. Some file
+    // systems cannot fsync a directory (EINVAL); the file itself is already safe there.
+    const std::string dir = parent_dir(path);
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        throw std::runtime_error("cannot write '" + path + "': cannot open directory '" + dir +
+                                 "' to fsync it: " + reason(errno));
+    if (::fsync(dfd) != 0 && errno != EINVAL) {
+        int err = errno;
+        ::close(dfd);
+        throw std::runtime_error("cannot write '" + path + "': fsync of directory '" + dir +
+                                 "' failed: " + reason(err));
+    }
+    ::close(dfd);
+}
+
+std::string read_file(const std::string& path) {
+    auto fail = [&](int err) -> void {
+        throw std::runtime_error("cannot read '" + path + "': " + reason(err));
+    };
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(errno);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        int err = errno;
+        ::close(fd);
+        fail(err);
+    }
+    if (S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        fail(EISDIR);
+    }
+    std::string bytes;
+    if (S_ISREG(st.st_mode)) bytes.reserve(static_cast<std::size_t>(st.st_size));
+    // Read until end of file rather than trusting st_size: the file may change while we read it.
+    char chunk[1 << 16];
+    for (;;) {
+        ssize_t n = ::read(fd, chunk, sizeof chunk);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int err = errno;
+            ::close(fd);
+            fail(err);
+        }
+        if (n == 0) break;
+        bytes.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return bytes;
+}
+
+// CRC-32C, "slicing by 8": table[0] is the classic byte-at-a-time table for the reflected polynomial
+// 0x82F63B78; table[k][b] is the CRC of byte b followed by k zero bytes. One step then folds eight input
+// bytes with eight independent lookups instead of eight dependent ones (about 1 byte per cycle).
+using CrcTables = std::array<std::array<std::uint32_t, 256>, 8>;
+
+static CrcTables make_crc_tables() {
+    CrcTables t{};
+    for (std::uint32_t b = 0; b < 256; ++b) {
+        std::uint32_t c = b;
+        for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        t[0][b] = c;
+    }
+    for (int k = 1; k < 8; ++k)
+        for (int b = 0; b < 256; ++b) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xFF];
+    return t;
+}
+
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
+    static const CrcTables t = make_crc_tables();
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    crc = ~crc;
+    for (; size >= 8; p += 8, size -= 8) {
+        std::uint32_t lo = crc ^ (std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 |
+                                  std::uint32_t(p[3]) << 24);
+        crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
+              t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+    }
+    for (; size > 0; ++p, --size) crc = t[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+TF_NAMESPACE_END
