@@ -1,0 +1,120 @@
+// Reading text files: getline, strip "\r" and surrounding whitespace, check UTF-8 by the table of
+// well-formed byte sequences in the Unicode standard (§3.9, Table 3-7).
+#include "tapeformer/data/text.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+TF_NAMESPACE_BEGIN
+
+std::string CorpusStats::summary() const {
+    return "kept " + std::to_string(kept()) + " of " + std::to_string(pairs_read) + " pairs (skipped " +
+           std::to_string(empty_skipped) + " empty pairs, filtered " + std::to_string(too_long) +
+           " over-long pairs)";
+}
+
+std::string_view trim(std::string_view s) {
+    const char* space = " \t\n\v\f\r";
+    std::size_t first = s.find_first_not_of(space);
+    if (first == std::string_view::npos) return {};
+    std::size_t last = s.find_last_not_of(space);
+    return s.substr(first, last - first + 1);
+}
+
+std::size_t find_invalid_utf8(std::string_view s) {
+    auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+    auto in = [](unsigned char b, unsigned char lo, unsigned char hi) { return b >= lo && b <= hi; };
+    std::size_t i = 0, n = s.size();
+    while (i < n) {
+        unsigned char b0 = byte(i);
+        if (b0 < 0x80) { ++i; continue; }
+        // Number of continuation bytes, and the allowed range of the first one (which rules out overlong
+        // forms, UTF-16 surrogates D800..DFFF and code points above 10FFFF); the rest are 80..BF.
+        int extra = 0;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (in(b0, 0xC2, 0xDF)) extra = 1;
+        else if (b0 == 0xE0) { extra = 2; lo = 0xA0; }
+        else if (in(b0, 0xE1, 0xEC) || in(b0, 0xEE, 0xEF)) extra = 2;
+        else if (b0 == 0xED) { extra = 2; hi = 0x9F; }
+        else if (b0 == 0xF0) { extra = 3; lo = 0x90; }
+        else if (in(b0, 0xF1, 0xF3)) extra = 3;
+        else if (b0 == 0xF4) { extra = 3; hi = 0x8F; }
+        else return i;  // 80..C1 or F5..FF can never start a character
+        if (i + extra >= n) return i;  // truncated at the end of the line
+        if (!in(byte(i + 1), lo, hi)) return i;
+        for (int k = 2; k <= extra; ++k)
+            if (!in(byte(i + k), 0x80, 0xBF)) return i;
+        i += extra + 1;
+    }
+    return std::string_view::npos;
+}
+
+namespace {
+
+std::runtime_error read_error(const std::string& path, const std::string& reason) {
+    return std::runtime_error("cannot read '" + path + "': " + reason);
+}
+
+// Every line of `in`, trimmed, after checking that it is valid UTF-8. A UTF-8 byte order mark at the
+// start of the file is dropped.
+std::vector<std::string> read_all_lines(std::istream& in, const std::string& name) {
+    std::vector<std::string> lines;
+    std::string line;
+    while (std::getline(in, line)) {
+        std::string_view view = line;
+        if (lines.empty() && view.substr(0, 3) == "\xEF\xBB\xBF") view.remove_prefix(3);
+        std::size_t bad = find_invalid_utf8(view);
+        if (bad != std::string_view::npos) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(view[bad]));
+            throw std::runtime_error(name + ":" + std::to_string(lines.size() + 1) + ": invalid UTF-8 (byte " +
+                                     hex + " at column " + std::to_string(bad + 1) + ")");
+        }
+        lines.emplace_back(trim(view));
+    }
+    if (in.bad()) throw read_error(name, "I/O error after line " + std::to_string(lines.size()));
+    return lines;
+}
+
+std::vector<std::string> read_file_lines(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw read_error(path, std::strerror(EISDIR));
+    errno = 0;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw read_error(path, errno ? std::strerror(errno) : "cannot open file");
+    return read_all_lines(in, path);
+}
+
+}  // namespace
+
+std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
+    return read_all_lines(in, name);
+}
+
+std::vector<std::string> read_lines(const std::string& path) { return read_file_lines(path); }
+
+ParallelText read_parallel(const std::string& source_path, const std::string& target_path) {
+    std::vector<std::string> src = read_file_lines(source_path);
+    std::vector<std::string> tgt = read_file_lines(target_path);
+    if (src.size() != tgt.size())
+        throw std::runtime_error("parallel corpus is not aligned: '" + source_path + "' has " +
+                                 std::to_string(src.size()) + " lines but '" + target_path + "' has " +
+                                 std::to_string(tgt.size()));
+    ParallelText text;
+    text.stats.pairs_read = static_cast<std::int64_t>(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) {
+        if (src[i].empty() || tgt[i].empty()) {
+            ++text.stats.empty_skipped;
+            continue;
+        }
+        text.source.push_back(std::move(src[i]));
+        text.target.push_back(std::move(tgt[i]));
+    }
+    return text;
+}
+
+TF_NAMESPACE_END
