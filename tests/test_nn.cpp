@@ -1,0 +1,207 @@
+// The Transformer's modules: configuration checks, parameter names, masks, positional encoding, attention
+// weights and head gates, and an end-to-end overfitting run through the whole training stack.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/nn/transformer.h"
+#include "tapeformer/ops.h"
+#include "tapeformer/optim.h"
+#include "tapeformer/schedule.h"
+
+using namespace tf;
+
+namespace {
+ModelConfig small_config() {
+    ModelConfig c;
+    c.src_vocab = 20;
+    c.tgt_vocab = 20;
+    c.d_model = 16;
+    c.heads = 4;
+    c.ffn = 32;
+    c.enc_layers = 2;
+    c.dec_layers = 2;
+    c.max_len = 32;
+    return c;
+}
+}  // namespace
+
+TEST_CASE("model config: invalid settings are refused with the numbers named", "[nn]") {
+    ModelConfig c = small_config();
+    c.d_model = 30;
+    c.heads = 4;
+    try {
+        Transformer m(c);
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK_THAT(e.what(), Catch::Contains("d_model 30") && Catch::Contains("heads 4"));
+    }
+    c = small_config();
+    c.tie = Tying::All;
+    c.tgt_vocab = 21;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("joint vocabulary") && Catch::Contains("21"));
+    c = small_config();
+    c.dropout = 1.0;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("dropout"));
+    c = small_config();
+    c.enc_layers = 0;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("enc_layers"));
+    CHECK_THROWS_WITH(parse_tying("both"), Catch::Contains("none, decoder, all"));
+}
+
+TEST_CASE("model config: metadata round trip", "[nn]") {
+    ModelConfig c = small_config();
+    c.norm = NormPosition::Pre;
+    c.activation = Activation::GELU;
+    c.tie = Tying::Decoder;
+    c.dropout = 0.25;
+    ModelConfig d = ModelConfig::from_metadata(c.to_metadata());
+    CHECK(d.to_metadata() == c.to_metadata());
+    CHECK(d.norm == NormPosition::Pre);
+    CHECK(d.dropout == 0.25);
+    auto bad = c.to_metadata();
+    bad["d_model"] = "sixteen";
+    CHECK_THROWS_WITH(ModelConfig::from_metadata(bad), Catch::Contains("d_model") && Catch::Contains("sixteen"));
+}
+
+TEST_CASE("parameter names follow PyTorch's nn.Transformer state dict", "[nn]") {
+    ModelConfig c = small_config();
+    Transformer post(c);
+    std::set<std::string> names;
+    for (const auto& p : post.parameters()) names.insert(p.name);
+    for (const char* n : {"src_embed.weight", "tgt_embed.weight", "generator.weight", "encoder.layers.0.self_attn.in_proj_weight",
+                          "encoder.layers.1.self_attn.in_proj_bias", "encoder.layers.0.self_attn.out_proj.weight",
+                          "encoder.layers.0.linear1.weight", "encoder.layers.0.linear2.bias", "encoder.layers.0.norm2.weight",
+                          "decoder.layers.1.multihead_attn.in_proj_weight", "decoder.layers.0.norm3.bias"})
+        CHECK(names.count(n) == 1);
+    CHECK(names.count("encoder.norm.weight") == 0);  // post-norm: no final LayerNorm
+    CHECK(post.parameters().size() == 3 + 2 * 12 + 2 * 18);  // embeddings + generator, 12 per encoder layer, 18 per decoder layer
+
+    c.norm = NormPosition::Pre;
+    c.tie = Tying::All;
+    Transformer pre(c);
+    names.clear();
+    for (const auto& p : pre.parameters()) names.insert(p.name);
+    CHECK(names.count("encoder.norm.weight") == 1);
+    CHECK(names.count("decoder.norm.bias") == 1);
+    // Tied 'all': one table behind three names, counted once.
+    CHECK(pre.src_embed.weight.same_storage(pre.generator));
+    CHECK(pre.tgt_embed.weight.same_storage(pre.generator));
+    CHECK(pre.parameter_count() < Transformer(small_config()).parameter_count());
+}
+
+TEST_CASE("masks: key padding and causal", "[nn]") {
+    const real inf = std::numeric_limits<real>::infinity();
+    Tensor kpm = key_padding_mask({5, 6, 0, 7, 0, 0}, 2, 3, 0);
+    CHECK(kpm.shape() == Shape{2, 1, 1, 3});
+    CHECK(kpm.to_vector() == std::vector<real>{0, 0, -inf, 0, -inf, -inf});
+    Tensor causal = causal_mask(3);
+    CHECK(causal.to_vector() == std::vector<real>{0, -inf, -inf, 0, 0, -inf, 0, 0, 0});
+    Tensor both = causal_padding_mask({1, 5, 0}, 1, 3, 0);
+    CHECK(both.to_vector() == std::vector<real>{0, -inf, -inf, 0, 0, -inf, 0, 0, -inf});
+}
+
+TEST_CASE("sinusoidal positional encoding matches the paper's formula", "[nn]") {
+    PositionalEncoding pe(PositionalKind::Sinusoidal, 50, 8);
+    const real* t = pe.table.data();
+    CHECK(t[0] == Approx(0.0));                                     // sin(0)
+    CHECK(t[1] == Approx(1.0));                                     // cos(0)
+    CHECK(t[8 + 0] == Approx(std::sin(1.0)));                       // pos 1, i = 0
+    CHECK(t[8 + 1] == Approx(std::cos(1.0)));
+    CHECK(t[7 * 8 + 2] == Approx(std::sin(7.0 / std::pow(10000.0, 2.0 / 8))));  // pos 7, dim 2
+    CHECK(t[7 * 8 + 5] == Approx(std::cos(7.0 / std::pow(10000.0, 4.0 / 8))));  // pos 7, dim 5
+    Tensor x = Tensor::zeros({1, 60, 8});
+    CHECK_THROWS_WITH(pe.forward(x), Catch::Contains("max_len 50"));
+}
+
+TEST_CASE("embedding is scaled by sqrt(C) and the padding row starts at zero", "[nn]") {
+    Embedding e(10, 16, 0);
+    Rng rng(3);
+    e.init(rng);
+    for (int c = 0; c < 16; ++c) CHECK(e.weight.data()[c] == 0);
+    Tensor y = e.forward({4}, 1, 1);
+    CHECK(y.data()[3] == Approx(e.weight.data()[4 * 16 + 3] * 4.0));
+}
+
+TEST_CASE("attention weights on request: rows sum to one, masked keys get zero", "[nn]") {
+    MultiHeadAttention attn(16, 4, 0);
+    Rng rng(5);
+    attn.init(rng);
+    const std::vector<std::int32_t> ids = {4, 5, 6, 4, 0, 0};
+    Tensor x = Tensor::full({2, 3, 16}, 0.1);
+    Pass pass;
+    pass.keep_attention = true;
+    attn.forward(x, x, key_padding_mask(ids, 2, 3, 0), pass);
+    REQUIRE(attn.last_weights.shape() == Shape{2, 4, 3, 3});
+    const real* w = attn.last_weights.data();
+    for (int r = 0; r < 2 * 4 * 3; ++r) CHECK(w[r * 3] + w[r * 3 + 1] + w[r * 3 + 2] == Approx(1.0));
+    for (int r = 4 * 3; r < 2 * 4 * 3; ++r) {  // batch row 1: keys 1 and 2 are padding
+        CHECK(w[r * 3 + 1] == 0);
+        CHECK(w[r * 3 + 2] == 0);
+    }
+}
+
+TEST_CASE("head gates: xi = 0 removes a head, dL/dxi is the head importance", "[nn]") {
+    MultiHeadAttention attn(16, 4, 0);
+    Rng rng(7);
+    attn.init(rng);
+    Tensor x = Tensor::empty({1, 5, 16});
+    for (int i = 0; i < x.numel(); ++i) x.data()[i] = real(std::sin(0.37 * i));
+    Tensor full = attn.forward(x, x, Tensor(), Pass{});
+    attn.gate.data()[2] = 0;
+    Tensor masked = attn.forward(x, x, Tensor(), Pass{});
+    double diff = 0;
+    for (int i = 0; i < full.numel(); ++i) diff += std::fabs(full.data()[i] - masked.data()[i]);
+    CHECK(diff > 1e-3);  // removing a head changes the output
+    // Gate as a tape tensor: its gradient equals the directional derivative (finite difference).
+    attn.gate = Tensor::full({1, 4, 1, 1}, 1).set_requires_grad(true);
+    Tensor loss = sum_all(attn.forward(x, x, Tensor(), Pass{}));
+    backward(loss);
+    const real importance = attn.gate.grad()[1];
+    NoGradGuard no_grad;
+    attn.gate.data()[1] = real(1.01);
+    const double up = sum_all(attn.forward(x, x, Tensor(), Pass{})).item();
+    attn.gate.data()[1] = real(0.99);
+    const double down = sum_all(attn.forward(x, x, Tensor(), Pass{})).item();
+    CHECK(importance == Approx((up - down) / 0.02).epsilon(1e-3));
+}
+
+TEST_CASE("overfitting one batch: model + label-smoothed loss + Adam + Noam + clipping", "[nn][train]") {
+    ModelConfig c = small_config();
+    c.d_model = 32;
+    c.ffn = 64;
+    Transformer model(c, 42);
+    Adam adam(model.parameters());
+    Schedule noam;
+    noam.kind = ScheduleKind::Noam;
+    noam.lr = 1.0;
+    noam.warmup = 40;
+    noam.d_model = c.d_model;
+    // Three sentences (source + EOS; BOS + target; target + EOS), right-padded.
+    const std::int64_t B = 3, S = 6, T = 6;
+    const std::vector<std::int32_t> src = {5, 6, 7, 8, 9, 2, 10, 11, 12, 2, 0, 0, 13, 14, 2, 0, 0, 0};
+    const std::vector<std::int32_t> dec_in = {1, 15, 16, 17, 18, 19, 1, 4, 5, 6, 0, 0, 1, 7, 8, 0, 0, 0};
+    const std::vector<std::int32_t> target = {15, 16, 17, 18, 19, 2, 4, 5, 6, 2, 0, 0, 7, 8, 2, 0, 0, 0};
+    const double eps = 0.1, V = double(c.tgt_vocab);
+    // The smoothed loss cannot fall below the entropy of the smoothed target distribution.
+    const double on = 1 - eps + eps / V, off = eps / V;
+    const double floor = -(on * std::log(on) + (V - 1) * off * std::log(off));
+    Rng dropout_rng(1);
+    LossReport report;
+    int step = 0;
+    for (step = 1; step <= 400; ++step) {
+        Tensor loss = sequence_loss(model.forward(src, B, S, dec_in, T, Pass{&dropout_rng}), target, 0, real(eps), &report);
+        adam.zero_grad();
+        backward(loss);
+        clip_grad_norm(adam.params(), 1.0);
+        adam.step(noam.lr_at(step));
+        if (report.nll < 0.1 && report.loss < floor + 0.1) break;
+    }
+    INFO("stopped at step " << step << ": loss " << report.loss << " (floor " << floor << "), nll " << report.nll);
+    CHECK(report.nll < 0.1);
+    CHECK(report.loss < floor + 0.1);
+    CHECK(step <= 400);
+}
