@@ -2,6 +2,8 @@
 // Kernels are plain loops over contiguous memory; OpenMP splits their outer loop across threads.
 #include "tapeformer/ops.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -603,9 +605,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real
         real* dx = in[0].requires_grad() ? in[0].grad() : nullptr;
         real* dw = in[1].requires_grad() ? in[1].grad() : nullptr;
         real* db = in[2].requires_grad() ? in[2].grad() : nullptr;
-#pragma omp parallel if (N * C >= kParallelGrain)
+        // γ and β gradients sum over rows. Each thread sums its own block of rows, and the partial sums
+        // are added in thread order afterwards, so the result does not depend on timing (bit-identical
+        // reruns and resumes).
+        const int threads = (N * C >= kParallelGrain) ? omp_get_max_threads() : 1;
+        std::vector<real> partial(std::size_t(threads) * 2 * C, real(0));  // per thread: dγ (C), dβ (C)
+#pragma omp parallel num_threads(threads)
         {
-            std::vector<real> dw_local(dw ? C : 0, real(0)), db_local(db ? C : 0, real(0));
+            real* dw_local = partial.data() + std::size_t(omp_get_thread_num()) * 2 * C;
+            real* db_local = dw_local + C;
 #pragma omp for schedule(static)
             for (std::int64_t n = 0; n < N; ++n) {
                 const real *gr = g + n * C, *xr = px + n * C;
@@ -615,8 +623,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real
                     const real xh = (xr[c] - mu) * rstd, dxh = gr[c] * w[c];
                     mean_dxh += dxh;
                     mean_dxh_xh += dxh * xh;
-                    if (dw) dw_local[c] += gr[c] * xh;
-                    if (db) db_local[c] += gr[c];
+                    dw_local[c] += gr[c] * xh;
+                    db_local[c] += gr[c];
                 }
                 mean_dxh /= real(C);
                 mean_dxh_xh /= real(C);
@@ -626,11 +634,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real
                         dx[n * C + c] += rstd * (gr[c] * w[c] - mean_dxh - xh * mean_dxh_xh);
                     }
             }
-#pragma omp critical
-            {
-                for (std::int64_t c = 0; dw && c < C; ++c) dw[c] += dw_local[c];
-                for (std::int64_t c = 0; db && c < C; ++c) db[c] += db_local[c];
-            }
+        }
+        for (int t = 0; t < threads; ++t) {
+            const real* part = partial.data() + std::size_t(t) * 2 * C;
+            for (std::int64_t c = 0; dw && c < C; ++c) dw[c] += part[c];
+            for (std::int64_t c = 0; db && c < C; ++c) db[c] += part[C + c];
         }
     });
 }
@@ -725,8 +733,9 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
     Tensor lse = Tensor::empty(Shape{N});  // log Σ_j exp(x_ij): all that backward needs to rebuild p_ij
     const real* x = logits.data();
     real* l = lse.data();
-    double loss_sum = 0, nll_sum = 0;
-#pragma omp parallel for schedule(static) reduction(+ : loss_sum, nll_sum) if (N * V >= kParallelGrain)
+    // Per-row terms, summed in row order afterwards: the loss is the same bit for bit whatever the threads.
+    std::vector<double> row_loss(N, 0.0), row_nll(N, 0.0);
+#pragma omp parallel for schedule(static) if (N * V >= kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
         if (target[i] == ignore_index) continue;
         const real* xr = x + i * V;
@@ -740,8 +749,13 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         l[i] = real(lse_i);
         const double nll = lse_i - xr[target[i]];           // −log p_t
         const double smooth = lse_i - row_sum / double(V);  // (1/V) Σ_j −log p_j
-        nll_sum += nll;
-        loss_sum += (1.0 - eps) * nll + eps * smooth;
+        row_nll[i] = nll;
+        row_loss[i] = (1.0 - eps) * nll + eps * smooth;
+    }
+    double loss_sum = 0, nll_sum = 0;
+    for (std::int64_t i = 0; i < N; ++i) {
+        loss_sum += row_loss[i];
+        nll_sum += row_nll[i];
     }
     if (stats) {
         stats->nll_sum = nll_sum;
