@@ -1,0 +1,64 @@
+// What a model directory holds, and how it is written and read back.
+//
+//   DIR/model.safetensors      the weights translate and eval use (best by validation, else the last),
+//                              PyTorch names, model config in __metadata__, CRC-32C checksum
+//   DIR/vocab.txt | spm.model  the tokenizer(s) (src.* and tgt.* when not joint)
+//   DIR/run.json               the resolved training settings (what --resume continues)
+//   DIR/config.toml            the same as a CLI11 config file: `tapeformer train --config DIR/config.toml`
+//   DIR/state.json             the manifest: which checkpoint is the last, which step was best
+//   DIR/checkpoints/step-N.safetensors   full training state at step N (weights, optimizer moments, step,
+//                              RNG, data position, best score); the newest --keep are kept
+//   DIR/metrics.jsonl          one JSON object per logged step and per validation
+//
+// Every file is written to a temporary name, fsynced and renamed, so a crash leaves the previous version.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/nn/transformer.h"
+#include "tapeformer/optim.h"
+
+TF_NAMESPACE_BEGIN
+
+// Files of another format version are refused with a message saying so.
+constexpr int kCheckpointFormat = 1;
+
+// Where training stands: enough to continue exactly where it stopped.
+struct TrainState {
+    std::int64_t step = 0;             // optimizer updates done
+    std::int64_t epoch = 0;            // current epoch (0-based)
+    std::int64_t batch_in_epoch = 0;   // batches of the current epoch already trained on
+    std::uint64_t dropout_offset = 0;  // the dropout generator's counter (its seed is the run's seed)
+    double best_score = 0;             // best validation score so far (BLEU, or −loss without BLEU)
+    std::int64_t best_step = -1;       // step of best_score; −1: no validation yet
+    double train_seconds = 0;          // training time so far, validation and checkpoints excluded
+    std::int64_t target_tokens = 0;    // non-pad target tokens trained on
+    std::int64_t skipped_empty = 0, filtered_long = 0;  // corpus statistics, for the log
+};
+std::string to_json(const TrainState& s);
+TrainState train_state_from_json(const std::string& json);  // throws std::runtime_error when malformed
+
+// DIR/model.safetensors: weights only.
+void save_model_weights(const std::string& path, const Transformer& model);
+// A training checkpoint: weights, the optimizer's state (names prefixed "optim."), the TrainState.
+void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
+                              const TrainState& state);
+// Loads weights and optimizer state in place and returns the TrainState. Checks format, checksum, names
+// and shapes; every problem is one std::runtime_error line naming the file.
+TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer);
+
+// A trained model ready to use: the network and its tokenizers.
+struct ModelBundle {
+    std::unique_ptr<Transformer> model;
+    TokenizerPair tokenizers;
+    std::string dir;
+};
+// Reads DIR/model.safetensors and the tokenizers. Errors (missing directory or files, a corrupted or
+// truncated file, another format version, a tokenizer that does not match the model's vocabulary) are
+// one std::runtime_error line naming the path and what to do.
+ModelBundle load_model_dir(const std::string& dir);
+
+TF_NAMESPACE_END

@@ -1,0 +1,45 @@
+// Using a trained model on text: translate lines, score translations against references (BLEU, chrF)
+// and measure the teacher-forced loss of reference translations.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tapeformer/data/batch.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/decode.h"
+#include "tapeformer/metrics/bleu.h"
+#include "tapeformer/nn/transformer.h"
+
+TF_NAMESPACE_BEGIN
+
+// Called after each batch with (sentences done, total).
+using ProgressFn = std::function<void(std::int64_t done, std::int64_t total)>;
+
+// Translates every line (detokenized output, one per input line, in input order; an empty line gives an
+// empty translation). Sources longer than the model's positional table are cut to fit and counted in
+// *truncated. Batches hold about batch_tokens source tokens, sorted by length.
+std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair& tokenizers,
+                                         const std::vector<std::string>& lines, const DecodeOptions& options,
+                                         std::int64_t batch_tokens = 4096, const ProgressFn& progress = nullptr,
+                                         std::int64_t* truncated = nullptr);
+
+// Mean label-smoothed loss, NLL and perplexity over all non-pad target tokens (dropout off).
+LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& examples, std::int64_t batch_tokens,
+                               double label_smoothing);
+
+struct EvalReport {
+    BleuScore bleu;
+    ChrfScore chrf;
+    LossReport loss;                      // of the references, teacher-forced
+    std::vector<std::string> hypotheses;  // the translations, in input order
+    std::int64_t truncated = 0;
+};
+
+// Translates src_lines, scores them against ref_lines (same count, else std::invalid_argument naming both
+// counts) and measures the references' loss. Pairs whose source or reference is empty are skipped.
+EvalReport evaluate(Transformer& model, const TokenizerPair& tokenizers, const std::vector<std::string>& src_lines,
+                    const std::vector<std::string>& ref_lines, const DecodeOptions& options, double label_smoothing,
+                    std::int64_t batch_tokens = 4096, const ProgressFn& progress = nullptr);
+
+TF_NAMESPACE_END

@@ -1,0 +1,163 @@
+// Model weights, training checkpoints and model directories. See checkpoint.h for the layout.
+#include "tapeformer/checkpoint.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "tapeformer/safetensors.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kFormatKey = "tapeformer.format";
+const char* kKindKey = "tapeformer.kind";
+const char* kStateKey = "tapeformer.train_state";
+const char* kOptimPrefix = "optim.";
+
+std::map<std::string, std::string> model_metadata(const Transformer& model, const char* kind) {
+    std::map<std::string, std::string> meta = model.config.to_metadata();
+    meta[kFormatKey] = std::to_string(kCheckpointFormat);
+    meta[kKindKey] = kind;
+    return meta;
+}
+
+// Refuses files without our format key or of another version, naming both versions.
+void check_format(const SafetensorsFile& file, const char* kind) {
+    auto it = file.metadata.find(kFormatKey);
+    if (it == file.metadata.end())
+        throw std::runtime_error(file.path + ": not a tapeformer " + kind + " (no '" + kFormatKey +
+                                 "' in its metadata); was it written by another program?");
+    if (it->second != std::to_string(kCheckpointFormat))
+        throw std::runtime_error(file.path + ": written by another version of tapeformer (format " + it->second +
+                                 ", this build reads format " + std::to_string(kCheckpointFormat) + ")");
+    auto k = file.metadata.find(kKindKey);
+    if (k == file.metadata.end() || k->second != kind)
+        throw std::runtime_error(file.path + ": expected a tapeformer " + kind + ", found '" +
+                                 (k == file.metadata.end() ? std::string("?") : k->second) + "'");
+}
+
+// The model's config as stored must equal the config the model was built with.
+void check_same_config(const SafetensorsFile& file, const Transformer& model) {
+    const ModelConfig stored = ModelConfig::from_metadata(file.metadata);
+    const auto a = stored.to_metadata(), b = model.config.to_metadata();
+    for (const auto& [key, value] : b)
+        if (a.at(key) != value)
+            throw std::runtime_error(file.path + ": model setting " + key + " is " + a.at(key) + " in the file but " +
+                                     value + " in this run");
+}
+
+}  // namespace
+
+std::string to_json(const TrainState& s) {
+    nlohmann::json j = {{"step", s.step},
+                        {"epoch", s.epoch},
+                        {"batch_in_epoch", s.batch_in_epoch},
+                        {"dropout_offset", s.dropout_offset},
+                        {"best_score", s.best_score},
+                        {"best_step", s.best_step},
+                        {"train_seconds", s.train_seconds},
+                        {"target_tokens", s.target_tokens},
+                        {"skipped_empty", s.skipped_empty},
+                        {"filtered_long", s.filtered_long}};
+    return j.dump();
+}
+
+TrainState train_state_from_json(const std::string& text) {
+    try {
+        const nlohmann::json j = nlohmann::json::parse(text);
+        TrainState s;
+        s.step = j.at("step").get<std::int64_t>();
+        s.epoch = j.at("epoch").get<std::int64_t>();
+        s.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
+        s.dropout_offset = j.at("dropout_offset").get<std::uint64_t>();
+        s.best_score = j.at("best_score").get<double>();
+        s.best_step = j.at("best_step").get<std::int64_t>();
+        s.train_seconds = j.at("train_seconds").get<double>();
+        s.target_tokens = j.at("target_tokens").get<std::int64_t>();
+        s.skipped_empty = j.value("skipped_empty", std::int64_t(0));
+        s.filtered_long = j.value("filtered_long", std::int64_t(0));
+        if (s.step < 0 || s.epoch < 0 || s.batch_in_epoch < 0) throw std::runtime_error("negative position");
+        return s;
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("training state is malformed: ") + e.what());
+    }
+}
+
+void save_model_weights(const std::string& path, const Transformer& model) {
+    save_safetensors(path, model.parameters(), model_metadata(model, "model"), /*with_checksum=*/true);
+}
+
+void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
+                              const TrainState& state) {
+    std::vector<NamedTensor> tensors = model.parameters();
+    for (NamedTensor& t : optimizer.state()) tensors.push_back({kOptimPrefix + t.name, t.tensor});
+    auto meta = model_metadata(model, "training checkpoint");
+    meta[kStateKey] = to_json(state);
+    save_safetensors(path, tensors, meta, /*with_checksum=*/true);
+}
+
+TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer) {
+    const SafetensorsFile file = load_safetensors(path);
+    check_format(file, "training checkpoint");
+    check_same_config(file, model);
+    auto it = file.metadata.find(kStateKey);
+    if (it == file.metadata.end()) throw std::runtime_error(path + ": no training state in the checkpoint");
+    TrainState state;
+    try {
+        state = train_state_from_json(it->second);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": " + e.what());
+    }
+    // Split the file into model weights and optimizer state.
+    SafetensorsFile weights, optim;
+    weights.path = optim.path = path;
+    for (const auto& [name, entry] : file.tensors) {
+        if (name.rfind(kOptimPrefix, 0) == 0) optim.tensors[name.substr(std::string(kOptimPrefix).size())] = entry;
+        else weights.tensors[name] = entry;
+    }
+    load_into(model.parameters(), weights, /*strict=*/true);
+    std::vector<NamedTensor> optim_state;
+    for (const auto& [name, entry] : optim.tensors) optim_state.push_back({name, optim.tensor(name)});
+    try {
+        optimizer.load_state(optim_state);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": optimizer state does not fit this run: " + e.what());
+    }
+    return state;
+}
+
+ModelBundle load_model_dir(const std::string& dir) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        throw std::runtime_error("model directory '" + dir + "' does not exist (train one with: tapeformer train --out " + dir + " ...)");
+    const std::string weights_path = (fs::path(dir) / "model.safetensors").string();
+    if (!fs::exists(weights_path, ec))
+        throw std::runtime_error("'" + dir + "' holds no model.safetensors: is it a tapeformer model directory? "
+                                 "(training writes it at the first checkpoint)");
+    const SafetensorsFile file = load_safetensors(weights_path);
+    check_format(file, "model");
+    ModelBundle bundle;
+    bundle.dir = dir;
+    ModelConfig config;
+    try {
+        config = ModelConfig::from_metadata(file.metadata);
+        config.validate();
+    } catch (const std::exception& e) {
+        throw std::runtime_error(weights_path + ": " + e.what());
+    }
+    bundle.model = std::make_unique<Transformer>(config);
+    load_into(bundle.model->parameters(), file, /*strict=*/true);
+    bundle.tokenizers = TokenizerPair::load(dir);
+    if (bundle.tokenizers.source->vocab_size() != config.src_vocab ||
+        bundle.tokenizers.target->vocab_size() != config.tgt_vocab)
+        throw std::runtime_error("'" + dir + "': the tokenizer's vocabulary (" + std::to_string(bundle.tokenizers.source->vocab_size()) +
+                                 " / " + std::to_string(bundle.tokenizers.target->vocab_size()) + ") does not match the model's (" +
+                                 std::to_string(config.src_vocab) + " / " + std::to_string(config.tgt_vocab) + ")");
+    return bundle;
+}
+
+TF_NAMESPACE_END
