@@ -1,0 +1,139 @@
+// The gradient checker itself (gradcheck.h), in float64: every primitive op passes, and the checker has
+// teeth — a backward that is off by 1e-3 relative, or that forgets an input, is reported as failed.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/gradcheck.h"
+#include "tapeformer/ops.h"
+
+using tf::real;
+using tf::Shape;
+using tf::Tensor;
+
+static_assert(sizeof(real) == sizeof(double), "the gradient-check tests must be built with TAPEFORMER_F64");
+
+namespace {
+
+// y = x ⊙ x with a hand-written backward that multiplies the true gradient 2x·g by `factor`.
+Tensor square(const Tensor& x, double factor) {
+    Tensor out = Tensor::empty(x.shape());
+    for (std::int64_t i = 0; i < x.numel(); ++i) out.data()[i] = x.data()[i] * x.data()[i];
+    if (!tf::needs_grad({&x})) return out;
+    return tf::record("square", out, {x}, [factor](Tensor& y, std::vector<Tensor>& in) {
+        const real *g = y.grad(), *v = in[0].data();
+        real* dx = in[0].grad();
+        for (std::int64_t i = 0; i < y.numel(); ++i) dx[i] += real(factor) * 2 * v[i] * g[i];
+    });
+}
+
+// y = a ⊙ b whose backward fills only a's gradient when `forget_b` is set.
+Tensor product(const Tensor& a, const Tensor& b, bool forget_b) {
+    Tensor out = Tensor::empty(a.shape());
+    for (std::int64_t i = 0; i < a.numel(); ++i) out.data()[i] = a.data()[i] * b.data()[i];
+    if (!tf::needs_grad({&a, &b})) return out;
+    return tf::record("product", out, {a, b}, [forget_b](Tensor& y, std::vector<Tensor>& in) {
+        const real* g = y.grad();
+        for (std::int64_t i = 0; i < y.numel(); ++i) {
+            in[0].grad()[i] += g[i] * in[1].data()[i];
+            if (!forget_b) in[1].grad()[i] += g[i] * in[0].data()[i];
+        }
+    });
+}
+
+void check_all_pass(const std::vector<tf::GradcheckResult>& results) {
+    for (const tf::GradcheckResult& r : results) {
+        INFO(r.name << " " << r.shapes << ": max abs error " << r.max_abs_error << ", max rel error " << r.max_rel_error);
+        CHECK(r.passed);
+        CHECK(r.checked > 0);
+        CHECK(r.max_rel_error <= 1e-6);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck: every primitive op passes (seed 1)", "[gradcheck]") {
+    const std::vector<tf::GradcheckResult> results = tf::check_primitive_ops(1);
+    // The suite covers every primitive: a check that silently disappears fails here.
+    std::set<std::string> names;
+    for (const auto& r : results) names.insert(r.name);
+    for (const char* op : {"add", "add (bias broadcast)", "sub", "mul", "mul (head gate)", "div", "scale", "matmul A B",
+                           "matmul A^T B", "matmul A B^T", "matmul A^T B^T", "matmul batched 3-D",
+                           "matmul (B,T,C) x W^T (linear)", "reshape", "permute (0,2,1,3)", "transpose (-1,-2)",
+                           "concat_last", "slice_last", "sum axis 1", "mean axis 0", "sum_all", "relu", "gelu",
+                           "softmax", "softmax + key padding mask", "softmax + causal mask", "log_softmax",
+                           "layer_norm", "dropout p=0.3", "embedding", "cross_entropy (eps 0.1, ignore 0)"}) {
+        INFO("op " << op);
+        CHECK(names.count(op) == 1);
+    }
+    check_all_pass(results);
+}
+
+TEST_CASE("gradcheck: every primitive op passes (seed 7)", "[gradcheck]") { check_all_pass(tf::check_primitive_ops(7)); }
+
+TEST_CASE("gradcheck: a backward off by 1e-3 relative fails, the exact one passes", "[gradcheck]") {
+    const Tensor x = tf::random_tensor({3, 4}, 5);
+    const tf::GradcheckResult exact = tf::gradcheck("square", [](auto& in) { return square(in[0], 1.0); }, {x});
+    INFO("exact: max rel error " << exact.max_rel_error);
+    CHECK(exact.passed);
+    CHECK(exact.checked == 12);
+    CHECK(exact.max_rel_error < 1e-8);
+
+    const tf::GradcheckResult off = tf::gradcheck("square x1.001", [](auto& in) { return square(in[0], 1.001); }, {x});
+    INFO("off by 1e-3: max rel error " << off.max_rel_error);
+    CHECK_FALSE(off.passed);
+    CHECK(off.max_rel_error > 0.9e-3);   // the checker measures the error it was given ...
+    CHECK(off.max_rel_error < 1.1e-3);   // ... not more
+    CHECK(off.name == "square x1.001");
+    CHECK(off.shapes == "(3, 4)");
+
+    // Inside a composition the wrong op is still found.
+    const tf::GradcheckResult composed = tf::gradcheck(
+        "softmax(square(x) W)", [](auto& in) { return tf::softmax(tf::matmul(square(in[0], 1.001), in[1])); },
+        {tf::random_tensor({3, 4}, 6), tf::random_tensor({4, 5}, 7)});
+    CHECK_FALSE(composed.passed);
+}
+
+TEST_CASE("gradcheck: a backward that forgets one input fails", "[gradcheck]") {
+    const Tensor a = tf::random_tensor({2, 5}, 8), b = tf::random_tensor({2, 5}, 9);
+    CHECK(tf::gradcheck("product", [](auto& in) { return product(in[0], in[1], false); }, {a, b}).passed);
+    const tf::GradcheckResult missing =
+        tf::gradcheck("product without db", [](auto& in) { return product(in[0], in[1], true); }, {a, b});
+    CHECK_FALSE(missing.passed);
+    CHECK(missing.max_rel_error == Approx(1));  // analytic 0 against the whole numeric gradient
+    // Only inputs that require grad are checked: with b constant the missing gradient is not needed.
+    const Tensor b_const = tf::random_tensor({2, 5}, 9, -1, 1, /*requires_grad=*/false);
+    const tf::GradcheckResult only_a =
+        tf::gradcheck("product, b constant", [](auto& in) { return product(in[0], in[1], true); }, {a, b_const});
+    CHECK(only_a.passed);
+    CHECK(only_a.checked == 10);
+}
+
+TEST_CASE("gradcheck: the table names every op and marks failures", "[gradcheck]") {
+    std::vector<tf::GradcheckResult> results = tf::check_primitive_ops(1);
+    results.push_back(tf::gradcheck("square x1.001", [](auto& in) { return square(in[0], 1.001); },
+                                    {tf::random_tensor({2, 2}, 3)}));
+    const std::string table = tf::format_gradcheck_table(results, /*color=*/false);
+    CHECK(table.find('\033') == std::string::npos);
+    std::istringstream lines(table);
+    std::string line;
+    std::vector<std::string> all;
+    while (std::getline(lines, line)) all.push_back(line);
+    for (const tf::GradcheckResult& r : results) {
+        INFO("op " << r.name);
+        bool found = false;
+        for (const std::string& l : all)
+            if (l.rfind(r.name + " ", 0) == 0 && l.find(r.shapes) != std::string::npos) {
+                found = true;
+                CHECK_THAT(l, Catch::EndsWith(r.passed ? "PASS" : "FAIL"));
+            }
+        CHECK(found);
+    }
+    const std::string n = std::to_string(results.size());
+    CHECK_THAT(table, Catch::Contains(n + " checks: " + std::to_string(results.size() - 1) + " passed, 1 failed"));
+    CHECK_THAT(tf::format_gradcheck_table(results, /*color=*/true), Catch::Contains("\033[31mFAIL"));
+}

@@ -1,0 +1,202 @@
+// matmul and gemm (ops.h, blas.h) against the three-loop gemm_reference: every transpose combination,
+// batched and shared operands, odd sizes, and thread counts.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tapeformer/blas.h"
+#include "tapeformer/gradcheck.h"
+#include "tapeformer/ops.h"
+
+using tf::real;
+using tf::Shape;
+using tf::Tensor;
+
+namespace {
+
+Tensor random(const Shape& shape, std::uint64_t seed) { return tf::random_tensor(shape, seed, -1, 1, false); }
+
+// max |a − b| / max |b|
+double relative_error(const std::vector<real>& a, const std::vector<real>& b) {
+    REQUIRE(a.size() == b.size());
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+        scale = std::max(scale, std::fabs(double(b[i])));
+    }
+    return diff / std::max(scale, 1e-30);
+}
+
+// op(a) @ op(b) one matrix at a time with gemm_reference. a: (..., Ra, Ca), b: (..., Rb, Cb) with the same
+// leading axes, or b 2-D and shared by all of a's matrices.
+std::vector<real> reference_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+    const std::int64_t Ra = a.size(-2), Ca = a.size(-1), Rb = b.size(-2), Cb = b.size(-1);
+    const std::int64_t M = ta ? Ca : Ra, K = ta ? Ra : Ca, N = tb ? Rb : Cb;
+    const std::int64_t batch = a.numel() / (Ra * Ca);
+    const bool shared = b.rank() == 2 && a.rank() > 2;
+    std::vector<real> c(std::size_t(batch * M * N), real(0));
+    for (std::int64_t i = 0; i < batch; ++i)
+        tf::gemm_reference(ta, tb, M, N, K, 1, a.data() + i * Ra * Ca, Ca, b.data() + (shared ? 0 : i * Rb * Cb), Cb, 0,
+                           c.data() + i * M * N, N);
+    return c;
+}
+
+// The stored shape of an operand that, after the optional transpose, is (..., rows, cols).
+Shape stored(Shape s, bool transposed) {
+    if (transposed) std::swap(s.dims[s.rank - 1], s.dims[s.rank - 2]);
+    return s;
+}
+
+void check_matmul(const Shape& a_logical, const Shape& b_logical, bool ta, bool tb, std::uint64_t seed) {
+    Tensor a = random(stored(a_logical, ta), seed);
+    Tensor b = random(stored(b_logical, tb), seed + 100);
+    INFO("a " << a.shape().str() << (ta ? "^T" : "") << " @ b " << b.shape().str() << (tb ? "^T" : ""));
+    Tensor c = tf::matmul(a, b, ta, tb);
+    Shape expected = a_logical;
+    expected[-1] = b_logical[-1];
+    CHECK(c.shape() == expected);
+    CHECK(relative_error(c.to_vector(), reference_matmul(a, b, ta, tb)) <= 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("gemm_reference computes a 2x2 product by hand", "[matmul]") {
+    // [1 2; 3 4] [5 6; 7 8] = [19 22; 43 50]
+    const std::vector<real> A = {1, 2, 3, 4}, B = {5, 6, 7, 8};
+    std::vector<real> C(4, real(1));
+    tf::gemm_reference(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
+    CHECK(C == std::vector<real>{19, 22, 43, 50});
+    // Aᵀ B = [1 3; 2 4] [5 6; 7 8] = [26 30; 38 44];  with alpha 2 and beta 1 onto C = 1
+    std::fill(C.begin(), C.end(), real(1));
+    tf::gemm_reference(true, false, 2, 2, 2, 2, A.data(), 2, B.data(), 2, 1, C.data(), 2);
+    CHECK(C == std::vector<real>{53, 61, 77, 89});
+    // A Bᵀ = [1 2; 3 4] [5 7; 6 8] = [17 23; 39 53]
+    tf::gemm_reference(false, true, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
+    CHECK(C == std::vector<real>{17, 23, 39, 53});
+}
+
+TEST_CASE("gemm matches gemm_reference with alpha, beta and padded strides", "[matmul]") {
+    const std::int64_t M = 7, N = 5, K = 13, pad = 3;
+    for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb) {
+            INFO("trans_a " << ta << " trans_b " << tb);
+            // Stored matrices with `pad` extra columns that must not be read.
+            const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+            const std::int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+            Tensor A = random({a_rows, lda}, 11 + ta), B = random({b_rows, ldb}, 21 + tb), C0 = random({M, ldc}, 31);
+            std::vector<real> c = C0.to_vector(), c_ref = C0.to_vector();
+            tf::gemm(ta, tb, M, N, K, real(0.5), A.data(), lda, B.data(), ldb, real(-2), c.data(), ldc);
+            tf::gemm_reference(ta, tb, M, N, K, real(0.5), A.data(), lda, B.data(), ldb, real(-2), c_ref.data(), ldc);
+            CHECK(relative_error(c, c_ref) <= 1e-5);
+            for (std::int64_t i = 0; i < M; ++i)  // the padding columns of C are left alone
+                for (std::int64_t j = N; j < ldc; ++j) CHECK(c[i * ldc + j] == C0.data()[i * ldc + j]);
+        }
+}
+
+TEST_CASE("gemm with beta 0 ignores C, and K = 0 gives beta C", "[matmul]") {
+    const std::vector<real> A = {1, 2, 3, 4}, B = {1, 0, 0, 1};
+    const real nan = std::numeric_limits<real>::quiet_NaN();
+    std::vector<real> C(4, nan), C_ref(4, nan);
+    tf::gemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
+    tf::gemm_reference(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C_ref.data(), 2);
+    CHECK(C == A);
+    CHECK(C_ref == A);
+    std::vector<real> E = {1, 2, 3, 4}, E_ref = E;
+    tf::gemm(false, false, 2, 2, 0, 1, A.data(), 1, B.data(), 2, 3, E.data(), 2);
+    tf::gemm_reference(false, false, 2, 2, 0, 1, A.data(), 1, B.data(), 2, 3, E_ref.data(), 2);
+    CHECK(E == std::vector<real>{3, 6, 9, 12});
+    CHECK(E_ref == E);
+}
+
+TEST_CASE("matmul 2-D, every transpose combination", "[matmul]") {
+    for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb) {
+            check_matmul({7, 13}, {13, 5}, ta, tb, 1);
+            check_matmul({1, 1}, {1, 1}, ta, tb, 2);
+            check_matmul({1, 9}, {9, 1}, ta, tb, 3);   // a dot product
+            check_matmul({6, 1}, {1, 4}, ta, tb, 4);   // an outer product
+            check_matmul({64, 96}, {96, 33}, ta, tb, 5);
+        }
+}
+
+TEST_CASE("matmul batched 3-D and 4-D, every transpose combination", "[matmul]") {
+    for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb) {
+            check_matmul({3, 7, 13}, {3, 13, 5}, ta, tb, 10);
+            check_matmul({4, 1, 1}, {4, 1, 1}, ta, tb, 11);
+            check_matmul({2, 3, 5, 8}, {2, 3, 8, 6}, ta, tb, 12);  // (B, H, T, D) @ (B, H, D, S)
+            check_matmul({1, 2, 1, 3}, {1, 2, 3, 1}, ta, tb, 13);
+        }
+    // Products large enough that matmul runs them one after another on a threaded BLAS instead of
+    // splitting the batch across threads.
+    check_matmul({2, 128, 160}, {2, 160, 208}, false, true, 14);
+    check_matmul({2, 128, 160}, {2, 160, 208}, true, false, 15);
+}
+
+TEST_CASE("matmul with a shared 2-D second operand", "[matmul]") {
+    for (int tb = 0; tb < 2; ++tb) {
+        check_matmul({2, 5, 7}, {7, 3}, false, tb, 20);     // (B, T, C) @ W: a linear layer
+        check_matmul({2, 3, 5, 7}, {7, 3}, false, tb, 21);  // 4-D rows
+        check_matmul({1, 1, 1}, {1, 1}, false, tb, 22);
+        check_matmul({3, 37, 64}, {64, 96}, false, tb, 23);
+    }
+}
+
+TEST_CASE("matmul rejects mismatched shapes, naming the op and the shapes", "[matmul]") {
+    auto message = [](const Tensor& a, const Tensor& b, bool ta = false, bool tb = false) -> std::string {
+        try {
+            tf::matmul(a, b, ta, tb);
+        } catch (const std::invalid_argument& e) {
+            return e.what();
+        }
+        return "";
+    };
+    const std::string inner = message(Tensor::zeros({3, 4}), Tensor::zeros({5, 6}));
+    CHECK_THAT(inner, Catch::StartsWith("matmul") && Catch::Contains("(3, 4)") && Catch::Contains("(5, 6)"));
+    CHECK_THAT(message(Tensor::zeros({3, 4}), Tensor::zeros({3, 4}), false, false), Catch::Contains("matmul"));
+    CHECK(message(Tensor::zeros({3, 4}), Tensor::zeros({3, 4}), true, false).empty());  // Aᵀ B is fine
+    CHECK(message(Tensor::zeros({3, 4}), Tensor::zeros({3, 4}), false, true).empty());  // A Bᵀ is fine
+    CHECK_THAT(message(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 5})),
+               Catch::Contains("matmul") && Catch::Contains("(2, 3, 4)") && Catch::Contains("(3, 4, 5)"));
+    CHECK_THAT(message(Tensor::zeros({2, 2, 3, 4}), Tensor::zeros({2, 4, 5})),
+               Catch::Contains("matmul") && Catch::Contains("(2, 2, 3, 4)") && Catch::Contains("(2, 4, 5)"));
+    CHECK_THAT(message(Tensor::zeros({4}), Tensor::zeros({4, 2})), Catch::Contains("matmul") && Catch::Contains("(4)"));
+    CHECK_THAT(message(Tensor::zeros({2, 4, 3}), Tensor::zeros({4, 5}), true, false), Catch::Contains("matmul"));
+    CHECK_THAT(message(Tensor::zeros({2, 3, 4}), Tensor::zeros({5, 6})),
+               Catch::Contains("matmul") && Catch::Contains("(2, 3, 4)") && Catch::Contains("(5, 6)"));
+    CHECK_THAT(message(Tensor(), Tensor::zeros({5, 6})), Catch::Contains("matmul"));
+}
+
+TEST_CASE("matmul gives identical results on 1 and 2 threads", "[matmul]") {
+    const int threads = tf::num_threads();
+    Tensor a = random({256, 320}, 41), b = random({320, 192}, 42);      // one large threaded gemm
+    Tensor qa = random({2, 4, 24, 16}, 43), kb = random({2, 4, 24, 16}, 44);  // small products split over threads
+    Tensor x = random({4, 50, 64}, 45), w = random({96, 64}, 46);        // shared second operand
+    auto run = [&] {
+        std::vector<std::vector<real>> out;
+        out.push_back(tf::matmul(a, b).to_vector());
+        out.push_back(tf::matmul(b, a, true, true).to_vector());
+        out.push_back(tf::matmul(qa, kb, false, true).to_vector());
+        out.push_back(tf::matmul(x, w, false, true).to_vector());
+        return out;
+    };
+    tf::set_threads(1);
+    CHECK(tf::num_threads() == 1);
+    const auto one = run();
+    tf::set_threads(2);
+    CHECK(tf::num_threads() == 2);
+    const auto two = run();
+    tf::set_threads(threads);
+    REQUIRE(one.size() == two.size());
+    for (std::size_t i = 0; i < one.size(); ++i) {
+        INFO("product " << i);
+        CHECK(one[i] == two[i]);
+    }
+    CHECK(relative_error(one[0], reference_matmul(a, b, false, false)) <= 1e-5);
+}

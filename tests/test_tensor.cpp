@@ -1,0 +1,195 @@
+// Tensor and Shape: extents, views, factories and the caching pool behind every buffer (tensor.h, pool.h).
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tapeformer/pool.h"
+#include "tapeformer/tensor.h"
+
+using tf::real;
+using tf::Shape;
+using tf::Tensor;
+
+namespace {
+
+// The message of the std::invalid_argument that f throws ("" when it throws nothing).
+template <class F>
+std::string error_of(F f) {
+    try {
+        f();
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("Shape: rank, numel, negative indices and str", "[tensor]") {
+    Shape s{2, 3, 4};
+    CHECK(s.rank == 3);
+    CHECK(s.numel() == 24);
+    CHECK(s[0] == 2);
+    CHECK(s[-1] == 4);
+    CHECK(s[-3] == 2);
+    CHECK(s.last() == 4);
+    CHECK(s.rows() == 6);
+    CHECK(s.str() == "(2, 3, 4)");
+    CHECK_THROWS_AS(s[3], std::invalid_argument);
+    CHECK_THROWS_AS(s[-4], std::invalid_argument);
+
+    s[-2] = 5;  // writable through a negative index
+    CHECK(s == Shape{2, 5, 4});
+    CHECK(s != Shape{2, 3, 4});
+    CHECK(Shape{2, 3} != Shape{2, 3, 1});
+
+    Shape scalar;
+    CHECK(scalar.rank == 0);
+    CHECK(scalar.numel() == 1);
+    CHECK(scalar.str() == "()");
+    CHECK(Shape::of({7, 1, 2, 3}).str() == "(7, 1, 2, 3)");
+    CHECK_THROWS_AS((Shape{1, 2, 3, 4, 5}), std::invalid_argument);
+    CHECK_THROWS_AS(Shape::of({1, 2, 3, 4, 5}), std::invalid_argument);
+}
+
+TEST_CASE("Tensor: zeros, full, from, scalar and item", "[tensor]") {
+    Tensor z = Tensor::zeros({2, 3});
+    CHECK(z.shape() == Shape{2, 3});
+    CHECK(z.rank() == 2);
+    CHECK(z.numel() == 6);
+    CHECK(z.size(-1) == 3);
+    CHECK(z.to_vector() == std::vector<real>(6, real(0)));
+
+    Tensor f = Tensor::full({4}, real(2.5));
+    CHECK(f.to_vector() == std::vector<real>(4, real(2.5)));
+
+    Tensor t = Tensor::from({1, 2, 3, 4, 5, 6}, {3, 2});
+    CHECK(t.shape() == Shape{3, 2});
+    CHECK(t.to_vector() == std::vector<real>{1, 2, 3, 4, 5, 6});
+    CHECK(t.data()[3] == real(4));  // row-major: element (1, 1)
+
+    const std::string msg = error_of([] { Tensor::from({1, 2, 3}, {2, 2}); });
+    CHECK_THAT(msg, Catch::Contains("Tensor::from") && Catch::Contains("(2, 2)"));
+
+    CHECK(Tensor::scalar(real(-3)).item() == real(-3));
+    CHECK(Tensor::from({7}, {1, 1}).item() == real(7));  // one element, any shape
+    const std::string item_msg = error_of([&] { t.item(); });
+    CHECK_THAT(item_msg, Catch::Contains("item") && Catch::Contains("(3, 2)"));
+
+    CHECK_FALSE(Tensor().defined());
+    CHECK(t.defined());
+    CHECK_THROWS_AS(Tensor::zeros({2, -1}), std::invalid_argument);
+}
+
+TEST_CASE("Tensor: copies alias, clone does not", "[tensor]") {
+    Tensor a = Tensor::from({1, 2, 3}, {3});
+    Tensor alias = a;
+    Tensor copy = a.clone();
+    a.data()[0] = 10;
+    CHECK(alias.data()[0] == real(10));
+    CHECK(alias.same_storage(a));
+    CHECK(copy.data()[0] == real(1));
+    CHECK_FALSE(copy.same_storage(a));
+}
+
+TEST_CASE("Tensor: reshape is a view sharing values and gradient", "[tensor]") {
+    Tensor a = Tensor::from({0, 1, 2, 3, 4, 5}, {2, 3});
+    a.set_requires_grad();
+    Tensor v = a.reshape({3, 2});
+    CHECK(v.shape() == Shape{3, 2});
+    CHECK(v.same_storage(a));
+    CHECK(v.requires_grad());
+
+    v.data()[5] = 50;  // written through the view, seen by the original
+    CHECK(a.data()[5] == real(50));
+
+    v.grad()[1] = 7;  // the gradient buffer is shared too, whichever handle allocated it
+    REQUIRE(a.has_grad());
+    CHECK(a.grad_vector() == std::vector<real>{0, 7, 0, 0, 0, 0});
+    a.zero_grad();
+    CHECK(v.grad_vector() == std::vector<real>(6, real(0)));
+}
+
+TEST_CASE("Tensor: reshape infers one -1 extent", "[tensor]") {
+    Tensor a = Tensor::zeros({2, 3, 4});
+    CHECK(a.reshape({-1, 4}).shape() == Shape{6, 4});
+    CHECK(a.reshape({2, -1}).shape() == Shape{2, 12});
+    CHECK(a.reshape({-1}).shape() == Shape{24});
+    CHECK(a.reshape({1, 2, -1, 3}).shape() == Shape{1, 2, 4, 3});
+    CHECK(Tensor::scalar(1).reshape({-1}).shape() == Shape{1});
+}
+
+TEST_CASE("Tensor: an invalid reshape throws naming both shapes", "[tensor]") {
+    Tensor a = Tensor::zeros({2, 3, 4});
+    const std::string msg = error_of([&] { a.reshape({5, 5}); });
+    CHECK_THAT(msg, Catch::Contains("reshape") && Catch::Contains("(2, 3, 4)") && Catch::Contains("(5, 5)"));
+
+    const std::string infer_msg = error_of([&] { a.reshape({5, -1}); });  // 24 is not a multiple of 5
+    CHECK_THAT(infer_msg, Catch::Contains("(2, 3, 4)") && Catch::Contains("(5, -1)"));
+
+    CHECK_THROWS_AS(a.reshape({-1, -1}), std::invalid_argument);
+    // Negative extents other than the one inferred -1 are never valid, even when their product matches.
+    CHECK_THROWS_AS(a.reshape({-2, -12}), std::invalid_argument);
+    CHECK_THROWS_AS(a.reshape({-4, 3, -2}), std::invalid_argument);
+    // An empty tensor leaves a -1 undetermined.
+    CHECK_THROWS_AS(Tensor::zeros({0, 3}).reshape({0, -1}), std::invalid_argument);
+    CHECK(Tensor::zeros({0, 3}).reshape({3, 0}).shape() == Shape{3, 0});
+}
+
+TEST_CASE("Tensor: gradient buffers are allocated on first use and zeroed", "[tensor]") {
+    Tensor a = Tensor::full({5}, real(1));
+    CHECK_FALSE(a.has_grad());
+    CHECK(a.grad_vector() == std::vector<real>(5, real(0)));  // zeros without allocating
+    CHECK_FALSE(a.has_grad());
+    real* g = a.grad();
+    CHECK(a.has_grad());
+    for (int i = 0; i < 5; ++i) CHECK(g[i] == real(0));
+    g[2] = 3;
+    a.zero_grad();
+    CHECK(a.grad() == g);  // zero_grad keeps the buffer
+    CHECK(a.grad_vector() == std::vector<real>(5, real(0)));
+}
+
+TEST_CASE("Pool: a freed buffer is re-used for the same size", "[tensor]") {
+    const Shape shape{37, 129};  // an unusual size: nothing else in the tests holds buffers of it
+    { Tensor first = Tensor::zeros(shape); }  // freed: its buffer now waits in the pool
+    const tf::PoolStats before = tf::pool_stats();
+    { Tensor again = Tensor::full(shape, real(1)); }
+    CHECK(tf::pool_stats().system_allocations == before.system_allocations);
+
+    // A value buffer and a gradient buffer of the same size: after one round both are cached, and
+    // every later round (a training step) asks the system for nothing.
+    {
+        Tensor warm = Tensor::zeros(shape);
+        warm.grad()[0] = 1;
+    }
+    const tf::PoolStats steady = tf::pool_stats();
+    for (int i = 0; i < 10; ++i) {
+        Tensor t = Tensor::full(shape, real(i));
+        t.grad()[0] = 1;
+    }
+    CHECK(tf::pool_stats().system_allocations == steady.system_allocations);
+    CHECK(tf::pool_stats().bytes_in_use == steady.bytes_in_use);
+
+    // With the cache emptied the same size must come from the system again: the counter does move.
+    tf::pool_release_cached();
+    CHECK(tf::pool_stats().bytes_cached == 0);
+    const std::size_t n_before = tf::pool_stats().system_allocations;
+    { Tensor fresh = Tensor::zeros(shape); }
+    CHECK(tf::pool_stats().system_allocations == n_before + 1);
+}
+
+TEST_CASE("Pool: bytes in use follow live tensors", "[tensor]") {
+    const tf::PoolStats before = tf::pool_stats();
+    std::size_t during = 0;
+    {
+        Tensor t = Tensor::zeros({1000});
+        during = tf::pool_stats().bytes_in_use;
+        CHECK(during >= before.bytes_in_use + 1000 * sizeof(real));
+        CHECK(tf::pool_stats().peak_bytes_in_use >= during);
+    }
+    CHECK(tf::pool_stats().bytes_in_use == before.bytes_in_use);
+    CHECK(tf::pool_stats().bytes_cached >= 1000 * sizeof(real));
+}
