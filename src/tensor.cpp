@@ -133,7 +133,10 @@ Tensor Tensor::reshape(const Shape& shape) const {
         }
     }
     if (infer >= 0 && known > 0 && numel() % known == 0) s.dims[infer] = numel() / known;
-    if (s.numel() != numel())
+    // Every extent must end up known and non-negative: (-2, -12) also multiplies to 24 but is no shape.
+    bool valid = s.numel() == numel();
+    for (int i = 0; i < s.rank; ++i) valid = valid && s.dims[i] >= 0;
+    if (!valid)
         throw std::invalid_argument("reshape: cannot view " + shape_.str() + " as " + shape.str());
     Tensor t = *this;
     t.shape_ = s;
