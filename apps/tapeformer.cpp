@@ -15,7 +15,13 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "Threads for OpenMP and OpenBLAS together (default: all cores)");
     app.parse_complete_callback([&]() { tf::set_threads(threads); });
 
+    tf::add_train_command(app);
     tf::add_gradcheck_command(app);
+    tf::add_bench_command(app);
+    tf::add_translate_command(app);
+    tf::add_eval_command(app);
+    tf::add_encode_command(app);
+    tf::add_data_command(app);
 
     try {
         app.parse(argc, argv);

@@ -8,6 +8,18 @@
 TF_NAMESPACE_BEGIN
 
 void add_gradcheck_command(CLI::App& app);
+void add_train_command(CLI::App& app);      // train: a translation model from parallel text
+void add_bench_command(CLI::App& app);  // bench train: training throughput vs torch_ref.py
+void add_translate_command(CLI::App& app);  // translate: text in, translations out
+void add_eval_command(CLI::App& app);       // eval: BLEU, chrF and reference loss of a test set
+void add_encode_command(CLI::App& app);     // encode: the tokens a model sees
+void add_data_command(CLI::App& app);       // data toy: write the toy corpus
+
+struct DecodeOptions;
+// translate's and eval's decoding flags (--beam, --length-penalty, --max-len, --max-len-ratio, ...).
+void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& batch_tokens);
+// A progress callback (done, total) redrawing one line on stderr when it is a terminal; empty otherwise.
+std::function<void(std::int64_t, std::int64_t)> terminal_progress(const std::string& what);
 
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();

@@ -1,0 +1,91 @@
+// The training loop: read a parallel corpus, build or load the tokenizer, batch by token budget, train
+// with label-smoothed cross-entropy, validate, checkpoint, resume exactly.
+//
+//   for each batch:  logits = model(src, dec_in)            forward, recorded on the tape
+//                    loss   = CE_ε(logits, target)          label-smoothed, pad ignored
+//                    zero_grad; backward(loss)              the tape in reverse
+//                    clip ‖g‖ to max_norm; optimizer.step(lr(step))
+//
+// The CLI (`tapeformer train`) only fills a TrainConfig and calls train().
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/nn/transformer.h"
+#include "tapeformer/optim.h"
+#include "tapeformer/schedule.h"
+
+TF_NAMESPACE_BEGIN
+
+struct DataConfig {
+    std::string train_src, train_tgt;  // required
+    std::string valid_src, valid_tgt;  // optional: validation loss, greedy BLEU and best-model selection
+    TokenizerKind tokenizer = TokenizerKind::bpe;  // word (whitespace) or SentencePiece bpe / unigram
+    bool joint_vocab = true;           // one vocabulary for both sides (needed for tie = all)
+    std::int32_t vocab_size = 8000;    // SentencePiece: exact; word: upper bound (0 = every word)
+    std::int32_t max_len = 100;        // training pairs with more tokens on either side are filtered out
+    std::int64_t batch_tokens = 4096;  // padded tokens per batch: B · max(S, T) ≤ batch_tokens
+};
+
+struct OptimConfig {
+    std::string optimizer = "adam";    // adam, adamw, sgd
+    double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;  // the paper's Adam settings
+    double weight_decay = 0;
+    double momentum = 0;               // sgd only
+    double clip = 1.0;                 // global gradient-norm clipping (0 = off)
+    double label_smoothing = 0.1;
+    Schedule schedule;                 // Noam by default: lr = factor · C^-0.5 · min(s^-0.5, s · w^-1.5)
+};
+
+struct TrainConfig {
+    ModelConfig model;                 // vocab sizes and pad/bos/eos are filled in from the tokenizer
+    DataConfig data;
+    OptimConfig optim;
+    std::string out_dir;               // the model directory (see checkpoint.h)
+    std::uint64_t seed = 1;            // initialisation, dropout, batch order, tokenizer sampling
+    int threads = 0;                   // 0 = all cores
+
+    // Stopping: whichever comes first; at least one must be set.
+    std::int64_t max_steps = 0;
+    std::int64_t epochs = 0;
+    double time_budget_minutes = 0;    // training time; validation and checkpoints are not counted
+
+    std::int64_t log_every = 100;      // steps between log lines / metrics.jsonl entries
+    std::int64_t valid_every = 1000;   // steps between validations (0 = only at the end of each epoch)
+    std::int64_t checkpoint_every = 1000;  // steps between checkpoints (always one at the end)
+    int keep = 3;                      // step checkpoints kept in DIR/checkpoints
+    bool valid_bleu = true;            // validation also decodes (greedy) and scores BLEU; best = highest BLEU
+    std::int64_t valid_bleu_sentences = 0;  // decode only the first N validation sentences (0 = all)
+
+    bool resume = false;               // continue the run in out_dir (its run.json settings)
+    bool force = false;                // overwrite a directory that holds another run
+    bool check_nan = false;            // on a non-finite loss, name the first op that produced it
+    std::string resolved_config_toml;  // written to DIR/config.toml by a new run (the CLI renders it)
+
+    void validate() const;             // std::invalid_argument naming the setting
+};
+
+std::string to_json(const TrainConfig& c);                      // DIR/run.json
+TrainConfig train_config_from_json(const std::string& text);    // std::runtime_error when malformed
+
+struct TrainResult {
+    std::int64_t steps = 0;
+    double train_seconds = 0;
+    double last_loss = 0;
+    double best_valid_bleu = -1;   // −1 when not measured
+    double best_valid_loss = -1;
+    std::string stop_reason;       // "max steps", "epochs", "time budget", "interrupted"
+    bool interrupted = false;      // SIGINT/SIGTERM: a checkpoint was saved, --resume continues
+};
+
+// Trains as configured, logging to `log` (a live progress bar when `log` is a terminal's stderr, plain
+// lines otherwise). Throws std::runtime_error / std::invalid_argument with one readable line on bad
+// input or a non-finite loss; whatever checkpoint was written last stays intact.
+TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar);
+
+// Reads, validates and returns DIR/run.json (for --resume).
+TrainConfig load_run_config(const std::string& dir);
+
+TF_NAMESPACE_END

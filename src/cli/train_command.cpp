@@ -1,0 +1,200 @@
+// `tapeformer train`: every model and optimisation setting as a flag, TOML config files, presets.
+// The callback only fills a TrainConfig and calls tf::train (src/train/train.cpp).
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+
+#include "tapeformer/blas.h"
+#include "tapeformer/cli/commands.h"
+#include "tapeformer/train.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+// A preset fills in settings the user did not give (on the command line or in --config).
+struct Preset {
+    std::string description;
+    std::map<std::string, std::string> values;  // option name (without --) -> value
+};
+
+std::string multi30k_dir() {
+    const char* env = std::getenv("TAPEFORMER_MULTI30K");
+    return env ? env : "../shared/data/multi30k";
+}
+
+std::map<std::string, Preset> presets() {
+    const std::string m = multi30k_dir();
+    return {
+        {"toy",
+         {"the toy corpus in data/toy: word vocabulary, small model, about 4 minutes on 2 cores",
+          {{"train-src", "data/toy/train.src"}, {"train-tgt", "data/toy/train.tgt"}, {"valid-src", "data/toy/valid.src"},
+           {"valid-tgt", "data/toy/valid.tgt"}, {"tokenizer", "word"}, {"vocab-size", "0"}, {"tie", "all"},
+           {"d-model", "128"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "2"}, {"dropout", "0.1"},
+           {"batch-tokens", "3000"}, {"max-len", "40"}, {"lr", "1.0"}, {"warmup", "400"}, {"time-budget", "3.5"},
+           {"valid-every", "500"}, {"checkpoint-every", "500"}, {"log-every", "100"}, {"valid-bleu-sentences", "300"}}}},
+        {"multi30k",
+         {"Multi30k German->English from $TAPEFORMER_MULTI30K (default ../shared/data/multi30k), the reference setup of "
+          "../shared/bench/README.md",
+          {{"train-src", m + "/train.de"}, {"train-tgt", m + "/train.en"}, {"valid-src", m + "/val.de"},
+           {"valid-tgt", m + "/val.en"}, {"tokenizer", "unigram"}, {"vocab-size", "8000"}, {"tie", "all"},
+           {"d-model", "256"}, {"heads", "4"}, {"ffn", "512"}, {"layers", "3"}, {"dropout", "0.1"},
+           {"batch-tokens", "2200"}, {"max-len", "100"}, {"lr", "1.0"}, {"warmup", "800"}, {"epochs", "100"},
+           {"valid-every", "1000"}, {"checkpoint-every", "1000"}, {"log-every", "100"}}}},
+    };
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+    auto c = std::make_shared<TrainConfig>();
+    auto preset = std::make_shared<std::string>();
+    auto layers = std::make_shared<std::int64_t>(0);
+    auto strings = std::make_shared<std::map<std::string, std::string>>();  // enum-valued options as text
+    (*strings)["tokenizer"] = "bpe";
+    (*strings)["norm"] = "post";
+    (*strings)["activation"] = "relu";
+    (*strings)["tie"] = "none";
+    (*strings)["positional"] = "sinusoidal";
+    (*strings)["schedule"] = "noam";
+    c->optim.schedule.lr = 1.0;
+    c->optim.schedule.warmup = 4000;
+
+    std::string preset_help = "Fill in unset options from a preset:";
+    for (const auto& [name, p] : presets()) preset_help += "\n  " + name + ": " + p.description;
+
+    CLI::App* cmd = app.add_subcommand("train", "Train a translation model on two aligned text files (one sentence per line).\n"
+                                                "Example: tapeformer train --preset toy --out runs/toy");
+    cmd->set_config("--config", "", "Read settings from a TOML file (as written to DIR/config.toml by a run)");
+    cmd->add_option("--preset", *preset, preset_help)->check(CLI::IsMember({"toy", "multi30k"}));
+
+    auto data = "Data";
+    cmd->add_option("--train-src", c->data.train_src, "Training source sentences")->group(data);
+    cmd->add_option("--train-tgt", c->data.train_tgt, "Training target sentences, aligned by line")->group(data);
+    cmd->add_option("--valid-src", c->data.valid_src, "Validation source sentences (for loss, BLEU and the best model)")->group(data);
+    cmd->add_option("--valid-tgt", c->data.valid_tgt, "Validation target sentences")->group(data);
+    cmd->add_option("--tokenizer", (*strings)["tokenizer"], "word (whitespace), bpe or unigram (SentencePiece)")
+        ->check(CLI::IsMember({"word", "bpe", "unigram"}))->capture_default_str()->group(data);
+    cmd->add_option("--vocab-size", c->data.vocab_size, "Vocabulary entries (SentencePiece: exact; word: at most, 0 = all)")
+        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(data);
+    cmd->add_flag("--joint-vocab,!--separate-vocab", c->data.joint_vocab, "One vocabulary for both languages (default)")->group(data);
+    cmd->add_option("--max-len", c->data.max_len, "Drop training pairs with more tokens than this on either side")
+        ->check(CLI::PositiveNumber)->capture_default_str()->group(data);
+    cmd->add_option("--batch-tokens", c->data.batch_tokens, "Padded tokens per batch: sentences x max(S, T)")
+        ->check(CLI::PositiveNumber)->capture_default_str()->group(data);
+
+    auto model = "Model";
+    cmd->add_option("--d-model", c->model.d_model, "Model width C")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+    cmd->add_option("--heads", c->model.heads, "Attention heads H (d-model must be divisible by it)")
+        ->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+    cmd->add_option("--ffn", c->model.ffn, "Feed-forward inner width F")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+    cmd->add_option("--layers", *layers, "Encoder and decoder layers (sets both)")->check(CLI::PositiveNumber)->group(model);
+    cmd->add_option("--enc-layers", c->model.enc_layers, "Encoder layers")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+    cmd->add_option("--dec-layers", c->model.dec_layers, "Decoder layers")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+    cmd->add_option("--dropout", c->model.dropout, "Dropout on embeddings and sublayer outputs")
+        ->check(CLI::Range(0.0, 0.99))->capture_default_str()->group(model);
+    cmd->add_option("--attention-dropout", c->model.attention_dropout, "Dropout on attention weights (default: --dropout)")
+        ->check(CLI::Range(0.0, 0.99))->group(model);
+    cmd->add_option("--activation-dropout", c->model.activation_dropout, "Dropout inside the FFN (default: --dropout)")
+        ->check(CLI::Range(0.0, 0.99))->group(model);
+    cmd->add_option("--norm", (*strings)["norm"], "LayerNorm position: post (the paper) or pre")
+        ->check(CLI::IsMember({"post", "pre"}))->capture_default_str()->group(model);
+    cmd->add_option("--activation", (*strings)["activation"], "FFN activation: relu or gelu")
+        ->check(CLI::IsMember({"relu", "gelu"}))->capture_default_str()->group(model);
+    cmd->add_option("--tie", (*strings)["tie"], "Embedding tying: none, decoder (target embedding = output layer), all")
+        ->check(CLI::IsMember({"none", "decoder", "all"}))->capture_default_str()->group(model);
+    cmd->add_option("--positional", (*strings)["positional"], "Positional encoding: sinusoidal or learned")
+        ->check(CLI::IsMember({"sinusoidal", "learned"}))->capture_default_str()->group(model);
+    cmd->add_option("--max-positions", c->model.max_len, "Longest sequence the positional table covers")
+        ->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+
+    auto opt = "Optimisation";
+    cmd->add_option("--optimizer", c->optim.optimizer, "adam, adamw or sgd")
+        ->check(CLI::IsMember({"adam", "adamw", "sgd"}))->capture_default_str()->group(opt);
+    cmd->add_option("--lr", c->optim.schedule.lr, "Learning rate (for noam: the factor in front of d_model^-0.5)")
+        ->check(CLI::PositiveNumber)->capture_default_str()->group(opt);
+    cmd->add_option("--schedule", (*strings)["schedule"], "noam, inverse_sqrt, cosine, linear or constant")
+        ->check(CLI::IsMember({"noam", "inverse_sqrt", "cosine", "linear", "constant"}))->capture_default_str()->group(opt);
+    cmd->add_option("--warmup", c->optim.schedule.warmup, "Warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str()->group(opt);
+    cmd->add_option("--total-steps", c->optim.schedule.total_steps, "Steps over which cosine/linear decay (default: --max-steps)")
+        ->check(CLI::NonNegativeNumber)->group(opt);
+    cmd->add_option("--min-lr", c->optim.schedule.min_lr, "Floor of cosine/linear decay")->check(CLI::NonNegativeNumber)->group(opt);
+    cmd->add_option("--beta1", c->optim.beta1, "Adam beta1")->check(CLI::Range(0.0, 0.999999))->capture_default_str()->group(opt);
+    cmd->add_option("--beta2", c->optim.beta2, "Adam beta2")->check(CLI::Range(0.0, 0.999999))->capture_default_str()->group(opt);
+    cmd->add_option("--adam-eps", c->optim.eps, "Adam epsilon")->check(CLI::PositiveNumber)->capture_default_str()->group(opt);
+    cmd->add_option("--weight-decay", c->optim.weight_decay, "Weight decay (L2 for adam/sgd, decoupled for adamw)")
+        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(opt);
+    cmd->add_option("--momentum", c->optim.momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999999))->group(opt);
+    cmd->add_option("--clip", c->optim.clip, "Clip the global gradient norm to this (0 = off)")
+        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(opt);
+    cmd->add_option("--label-smoothing", c->optim.label_smoothing, "Label smoothing epsilon")
+        ->check(CLI::Range(0.0, 0.99))->capture_default_str()->group(opt);
+
+    auto run = "Run";
+    cmd->add_option("--out", c->out_dir, "Model directory to write (checkpoints, logs, the model)")->group(run);
+    cmd->add_option("--seed", c->seed, "Seed for initialisation, dropout, batch order")->capture_default_str()->group(run);
+    cmd->add_option("--max-steps", c->max_steps, "Stop after this many updates")->check(CLI::NonNegativeNumber)->group(run);
+    cmd->add_option("--epochs", c->epochs, "Stop after this many passes over the data")->check(CLI::NonNegativeNumber)->group(run);
+    cmd->add_option("--time-budget", c->time_budget_minutes, "Stop after this many minutes of training (validation not counted)")
+        ->check(CLI::NonNegativeNumber)->group(run);
+    cmd->add_option("--log-every", c->log_every, "Steps between log lines and metrics.jsonl entries")
+        ->check(CLI::PositiveNumber)->capture_default_str()->group(run);
+    cmd->add_option("--valid-every", c->valid_every, "Steps between validations (0 = at the end of each epoch)")
+        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(run);
+    cmd->add_option("--checkpoint-every", c->checkpoint_every, "Steps between checkpoints")
+        ->check(CLI::PositiveNumber)->capture_default_str()->group(run);
+    cmd->add_option("--keep", c->keep, "Step checkpoints to keep")->check(CLI::PositiveNumber)->capture_default_str()->group(run);
+    cmd->add_flag("--valid-bleu,!--no-valid-bleu", c->valid_bleu, "Decode the validation set (greedy) and pick the best model by BLEU")
+        ->group(run);
+    cmd->add_option("--valid-bleu-sentences", c->valid_bleu_sentences, "Decode only the first N validation sentences (0 = all)")
+        ->check(CLI::NonNegativeNumber)->group(run);
+    cmd->add_flag("--resume", c->resume, "Continue the run in --out from its last checkpoint")->group(run);
+    cmd->add_flag("--force", c->force, "Start over in an --out that holds another run (deletes its checkpoints)")->group(run);
+    cmd->add_flag("--check-nan", c->check_nan, "On a non-finite loss or gradient, name the first op that produced it")->group(run);
+
+    cmd->callback([cmd, c, preset, layers, strings]() {
+        // Presets fill what neither the command line nor --config set.
+        if (!preset->empty()) {
+            const auto all = presets();
+            for (const auto& [name, value] : all.at(*preset).values) {
+                CLI::Option* o = cmd->get_option("--" + name);
+                if (o->count() == 0) {
+                    o->clear();
+                    o->add_result(value);
+                    o->run_callback();
+                }
+            }
+        }
+        TrainConfig& cfg = *c;
+        if (*layers) cfg.model.enc_layers = cfg.model.dec_layers = *layers;
+        if (cmd->get_option("--attention-dropout")->count() == 0) cfg.model.attention_dropout = cfg.model.dropout;
+        if (cmd->get_option("--activation-dropout")->count() == 0) cfg.model.activation_dropout = cfg.model.dropout;
+        cfg.data.tokenizer = parse_tokenizer_kind((*strings)["tokenizer"]);
+        cfg.model.norm = parse_norm_position((*strings)["norm"]);
+        cfg.model.activation = parse_activation((*strings)["activation"]);
+        cfg.model.tie = parse_tying((*strings)["tie"]);
+        cfg.model.positional = parse_positional((*strings)["positional"]);
+        cfg.optim.schedule.kind = parse_schedule_kind((*strings)["schedule"]);
+        cfg.optim.schedule.d_model = cfg.model.d_model;
+        if (cfg.optim.schedule.total_steps == 0) cfg.optim.schedule.total_steps = cfg.max_steps;
+        cfg.threads = num_threads();  // as set by the global --threads (default: all cores)
+        if (cfg.resume) {
+            std::string ignored;
+            for (const CLI::Option* o : cmd->get_options())
+                if (o->count() && o->get_group() != "Run" && o->get_name() != "--preset" && o->get_name() != "--config")
+                    ignored += " " + o->get_name();
+            if (!ignored.empty())
+                std::cerr << "tapeformer: note: --resume keeps the run's own settings; ignored:" << ignored << "\n";
+        } else {
+            cfg.resolved_config_toml = "# tapeformer train: resolved settings of this run.\n"
+                                       "# Repeat it with: tapeformer train --config config.toml --out NEWDIR\n" +
+                                       cmd->config_to_str(true, false);
+        }
+        const TrainResult r = train(cfg, std::cerr, isatty(STDERR_FILENO) != 0);
+        command_exit_code() = r.interrupted ? 130 : 0;
+    });
+}
+
+TF_NAMESPACE_END

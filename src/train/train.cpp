@@ -1,0 +1,630 @@
+// The training loop. See train.h for what it does and checkpoint.h for what it writes.
+#include "tapeformer/train.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/blas.h"
+#include "tapeformer/checkpoint.h"
+#include "tapeformer/data/batch.h"
+#include "tapeformer/data/text.h"
+#include "tapeformer/data/vocab.h"
+#include "tapeformer/evaluate.h"
+#include "tapeformer/io.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// ---- configuration ----------------------------------------------------------------------------------------
+
+void TrainConfig::validate() const {
+    auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+    if (out_dir.empty()) fail("train: --out DIR is required");
+    if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
+        fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
+    if (data.valid_src.empty() != data.valid_tgt.empty())
+        fail("train: give both --valid-src and --valid-tgt, or neither");
+    if (max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
+        fail("train: say when to stop: --max-steps, --epochs or --time-budget");
+    if (max_steps < 0 || epochs < 0 || time_budget_minutes < 0) fail("train: stopping settings must not be negative");
+    if (data.max_len < 1) fail("train: --max-len must be at least 1, got " + std::to_string(data.max_len));
+    if (data.batch_tokens < data.max_len + 1)
+        fail("train: --batch-tokens " + std::to_string(data.batch_tokens) + " cannot hold one sentence of --max-len " +
+             std::to_string(data.max_len) + " (+1 for BOS/EOS)");
+    if (data.tokenizer != TokenizerKind::word && data.vocab_size < 8)
+        fail("train: --vocab-size must be at least 8 for SentencePiece, got " + std::to_string(data.vocab_size));
+    if (model.tie == Tying::All && !data.joint_vocab)
+        fail("train: --tie all shares one embedding table between the languages, which needs --joint-vocab");
+    if (optim.optimizer != "adam" && optim.optimizer != "adamw" && optim.optimizer != "sgd")
+        fail("train: --optimizer '" + optim.optimizer + "' is not one of: adam, adamw, sgd");
+    if (!(optim.label_smoothing >= 0 && optim.label_smoothing < 1))
+        fail("train: --label-smoothing must be in [0, 1), got " + std::to_string(optim.label_smoothing));
+    if (optim.clip < 0) fail("train: --clip must not be negative");
+    if (log_every < 1 || checkpoint_every < 1 || valid_every < 0 || keep < 1)
+        fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
+    optim.schedule.validate();
+    ModelConfig m = model;
+    m.src_vocab = m.tgt_vocab = std::max<std::int64_t>(m.src_vocab, 8);  // the real sizes come from the tokenizer
+    m.validate();
+}
+
+std::string to_json(const TrainConfig& c) {
+    nlohmann::json j;
+    j["model"] = c.model.to_metadata();
+    j["data"] = {{"train_src", c.data.train_src},     {"train_tgt", c.data.train_tgt},
+                 {"valid_src", c.data.valid_src},     {"valid_tgt", c.data.valid_tgt},
+                 {"tokenizer", to_string(c.data.tokenizer)}, {"joint_vocab", c.data.joint_vocab},
+                 {"vocab_size", c.data.vocab_size},   {"max_len", c.data.max_len},
+                 {"batch_tokens", c.data.batch_tokens}};
+    const Schedule& s = c.optim.schedule;
+    j["optim"] = {{"optimizer", c.optim.optimizer}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
+                  {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay}, {"momentum", c.optim.momentum},
+                  {"clip", c.optim.clip}, {"label_smoothing", c.optim.label_smoothing},
+                  {"schedule", schedule_kind_name(s.kind)}, {"lr", s.lr}, {"warmup", s.warmup},
+                  {"total_steps", s.total_steps}, {"min_lr", s.min_lr}};
+    j["seed"] = c.seed;
+    j["stop"] = {{"max_steps", c.max_steps}, {"epochs", c.epochs}, {"time_budget_minutes", c.time_budget_minutes}};
+    j["every"] = {{"log", c.log_every}, {"valid", c.valid_every}, {"checkpoint", c.checkpoint_every}, {"keep", c.keep}};
+    j["valid_bleu"] = c.valid_bleu;
+    j["valid_bleu_sentences"] = c.valid_bleu_sentences;
+    j["format"] = kCheckpointFormat;
+    return j.dump(2) + "\n";
+}
+
+TrainConfig train_config_from_json(const std::string& text) {
+    TrainConfig c;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(text);
+        if (j.at("format").get<int>() != kCheckpointFormat)
+            throw std::runtime_error("format " + std::to_string(j.at("format").get<int>()) + ", this build reads " +
+                                     std::to_string(kCheckpointFormat) + " (written by another version of tapeformer)");
+        c.model = ModelConfig::from_metadata(j.at("model").get<std::map<std::string, std::string>>());
+        const auto& d = j.at("data");
+        c.data.train_src = d.at("train_src");
+        c.data.train_tgt = d.at("train_tgt");
+        c.data.valid_src = d.at("valid_src");
+        c.data.valid_tgt = d.at("valid_tgt");
+        c.data.tokenizer = parse_tokenizer_kind(d.at("tokenizer").get<std::string>());
+        c.data.joint_vocab = d.at("joint_vocab");
+        c.data.vocab_size = d.at("vocab_size");
+        c.data.max_len = d.at("max_len");
+        c.data.batch_tokens = d.at("batch_tokens");
+        const auto& o = j.at("optim");
+        c.optim.optimizer = o.at("optimizer");
+        c.optim.beta1 = o.at("beta1");
+        c.optim.beta2 = o.at("beta2");
+        c.optim.eps = o.at("eps");
+        c.optim.weight_decay = o.at("weight_decay");
+        c.optim.momentum = o.at("momentum");
+        c.optim.clip = o.at("clip");
+        c.optim.label_smoothing = o.at("label_smoothing");
+        c.optim.schedule.kind = parse_schedule_kind(o.at("schedule").get<std::string>());
+        c.optim.schedule.lr = o.at("lr");
+        c.optim.schedule.warmup = o.at("warmup");
+        c.optim.schedule.total_steps = o.at("total_steps");
+        c.optim.schedule.min_lr = o.at("min_lr");
+        c.optim.schedule.d_model = c.model.d_model;
+        c.seed = j.at("seed");
+        c.max_steps = j.at("stop").at("max_steps");
+        c.epochs = j.at("stop").at("epochs");
+        c.time_budget_minutes = j.at("stop").at("time_budget_minutes");
+        c.log_every = j.at("every").at("log");
+        c.valid_every = j.at("every").at("valid");
+        c.checkpoint_every = j.at("every").at("checkpoint");
+        c.keep = j.at("every").at("keep");
+        c.valid_bleu = j.at("valid_bleu");
+        c.valid_bleu_sentences = j.at("valid_bleu_sentences");
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("run.json is malformed: ") + e.what());
+    }
+    return c;
+}
+
+TrainConfig load_run_config(const std::string& dir) {
+    const std::string path = (fs::path(dir) / "run.json").string();
+    if (!fs::exists(path))
+        throw std::runtime_error("cannot resume: '" + dir + "' holds no run.json (is it a tapeformer training directory?)");
+    try {
+        TrainConfig c = train_config_from_json(read_file(path));
+        c.out_dir = dir;
+        return c;
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": " + e.what());
+    }
+}
+
+// ---- signals: finish the step, save, exit ----------------------------------------------------------------
+
+namespace {
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+struct SignalScope {
+    using Handler = void (*)(int);
+    Handler old_int, old_term;
+    SignalScope() {
+        g_signal.store(0);
+        old_int = std::signal(SIGINT, on_signal);
+        old_term = std::signal(SIGTERM, on_signal);
+    }
+    ~SignalScope() {
+        std::signal(SIGINT, old_int);
+        std::signal(SIGTERM, old_term);
+    }
+};
+
+// ---- small helpers ---------------------------------------------------------------------------------------
+
+std::string clock_text(double seconds) {
+    if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+    const long s = static_cast<long>(seconds + 0.5);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+    return buf;
+}
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+bool all_finite(const real* p, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(p[i])) return false;
+    return true;
+}
+
+// With --check-nan: the first op on the tape whose output is not finite.
+std::string first_nonfinite_op() {
+    const auto& records = tape().records();
+    for (std::size_t i = 0; i < records.size(); ++i) {
+        const TapeRecord& r = records[i];
+        if (all_finite(r.out.data(), r.out.numel())) continue;
+        std::string inputs;
+        for (const Tensor& t : r.in) inputs += (inputs.empty() ? "" : ", ") + t.shape().str();
+        return std::string("first non-finite value produced by op #") + std::to_string(i + 1) + " '" + r.op + "' (inputs " +
+               inputs + ", output " + r.out.shape().str() + ")";
+    }
+    return "no op produced a non-finite value; the inputs or parameters already held one";
+}
+
+// With --check-nan after backward: the first backward (in reverse order) that wrote a non-finite gradient.
+std::string first_nonfinite_backward() {
+    const auto& records = tape().records();
+    for (auto it = records.rbegin(); it != records.rend(); ++it)
+        for (const Tensor& t : it->in)
+            if (t.has_grad() && !all_finite(t.grad(), t.numel()))
+                return std::string("first non-finite gradient written by the backward of op '") + it->op + "' (output " +
+                       it->out.shape().str() + ")";
+    return "no backward wrote a non-finite gradient";
+}
+
+// metrics.jsonl: keeps only entries up to `step` (a resumed run continues from there).
+void truncate_metrics(const std::string& path, std::int64_t step) {
+    std::ifstream in(path);
+    if (!in) return;
+    std::string kept, line;
+    while (std::getline(in, line)) {
+        try {
+            const auto j = nlohmann::json::parse(line);
+            if (j.at("step").get<std::int64_t>() <= step) kept += line + "\n";
+        } catch (const std::exception&) {
+            // a line cut short by a crash: drop it
+        }
+    }
+    write_file_atomic(path, kept);
+}
+
+struct Manifest {
+    std::string last;                // relative path of the newest checkpoint
+    std::vector<std::string> kept;   // oldest first
+};
+
+Manifest read_manifest(const std::string& dir) {
+    const std::string path = (fs::path(dir) / "state.json").string();
+    Manifest m;
+    try {
+        const auto j = nlohmann::json::parse(read_file(path));
+        if (j.at("format").get<int>() != kCheckpointFormat)
+            throw std::runtime_error("written by another version of tapeformer (format " +
+                                     std::to_string(j.at("format").get<int>()) + ")");
+        m.last = j.at("last").get<std::string>();
+        m.kept = j.at("kept").get<std::vector<std::string>>();
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": " + e.what());
+    }
+    return m;
+}
+
+void write_manifest(const std::string& dir, const Manifest& m, const TrainState& s) {
+    nlohmann::json j = {{"format", kCheckpointFormat}, {"last", m.last}, {"kept", m.kept}, {"step", s.step},
+                        {"best_step", s.best_step}, {"best_score", s.best_score}};
+    write_file_atomic((fs::path(dir) / "state.json").string(), j.dump(2) + "\n");
+}
+
+// Files that mark a directory as holding a run.
+bool holds_run(const std::string& dir) {
+    for (const char* f : {"run.json", "state.json", "model.safetensors", "metrics.jsonl"})
+        if (fs::exists(fs::path(dir) / f)) return true;
+    return false;
+}
+
+}  // namespace
+
+// ---- the trainer -----------------------------------------------------------------------------------------
+
+namespace {
+
+class Trainer {
+public:
+    Trainer(TrainConfig config, std::ostream& log, bool bar) : c_(std::move(config)), log_(log), bar_(bar) {}
+    TrainResult run();
+
+private:
+    void prepare_directory();
+    void prepare_data();
+    void build_model();
+    void train_step(const Batch& batch);
+    void log_progress(bool force_line);
+    void validate();
+    void checkpoint(bool force = false);
+    double eta_seconds() const;
+    void write_metrics(const nlohmann::json& j);
+
+    TrainConfig c_;
+    std::ostream& log_;
+    bool bar_;
+    std::string dir_;
+
+    TokenizerPair tokenizers_;
+    std::unique_ptr<Batcher> batcher_;
+    std::vector<Example> valid_examples_;
+    std::vector<std::string> valid_src_lines_, valid_ref_lines_;
+    std::unique_ptr<Transformer> model_;
+    std::unique_ptr<Optimizer> optimizer_;
+    Rng dropout_rng_;
+    TrainState state_;
+    Manifest manifest_;
+    std::ofstream metrics_;
+    TrainResult result_;
+
+    // Accumulated since the last log line.
+    double window_loss_ = 0, window_nll_ = 0, window_seconds_ = 0, last_grad_norm_ = 0, last_lr_ = 0;
+    std::int64_t window_tokens_ = 0, window_steps_ = 0;
+    std::int64_t last_valid_step_ = -1, last_checkpoint_step_ = -1;
+    Clock::time_point last_bar_ = Clock::now();
+};
+
+void Trainer::prepare_directory() {
+    dir_ = c_.out_dir;
+    std::error_code ec;
+    if (c_.resume) {
+        // Settings come from the run itself; the stopping rules and threads of this call extend it.
+        TrainConfig stored = load_run_config(dir_);
+        if (c_.max_steps) stored.max_steps = c_.max_steps;
+        if (c_.epochs) stored.epochs = c_.epochs;
+        if (c_.time_budget_minutes) stored.time_budget_minutes = c_.time_budget_minutes;
+        stored.threads = c_.threads;
+        stored.check_nan = c_.check_nan;
+        stored.resume = true;
+        c_ = stored;
+        manifest_ = read_manifest(dir_);
+        return;
+    }
+    if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
+        throw std::runtime_error("--out '" + dir_ + "' exists and is not a directory");
+    if (holds_run(dir_)) {
+        if (!c_.force)
+            throw std::runtime_error("'" + dir_ + "' already holds a training run: continue it with --resume, start over with "
+                                     "--force (deletes its checkpoints), or choose another --out");
+        for (const char* f : {"run.json", "state.json", "model.safetensors", "metrics.jsonl", "config.toml"})
+            fs::remove(fs::path(dir_) / f, ec);
+        fs::remove_all(fs::path(dir_) / "checkpoints", ec);
+    }
+    fs::create_directories(fs::path(dir_) / "checkpoints", ec);
+    if (ec) throw std::runtime_error("cannot create '" + dir_ + "': " + ec.message());
+}
+
+void Trainer::prepare_data() {
+    const ParallelText train_text = read_parallel(c_.data.train_src, c_.data.train_tgt);
+    if (c_.resume) {
+        tokenizers_ = TokenizerPair::load(dir_);
+    } else {
+        TokenizerOptions opt;
+        opt.kind = c_.data.tokenizer;
+        opt.joint = c_.data.joint_vocab;
+        opt.vocab_size = c_.data.vocab_size;
+        opt.seed = c_.seed;
+        opt.num_threads = std::max(1, num_threads());
+        log_ << "training a " << to_string(c_.data.tokenizer) << " tokenizer (" << (opt.joint ? "joint" : "separate")
+             << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
+        tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);
+        tokenizers_.save(dir_);
+    }
+    EncodedCorpus train = encode_parallel(train_text, tokenizers_, c_.data.max_len);
+    if (train.examples.empty())
+        throw std::runtime_error("no training pairs left from '" + c_.data.train_src + "' after filtering (" +
+                                 train.stats.summary() + ")");
+    state_.skipped_empty = train.stats.empty_skipped;
+    state_.filtered_long = train.stats.too_long;
+    log_ << "training data: " << train.stats.summary() << "\n";
+    BatcherOptions bo;
+    bo.batch_tokens = c_.data.batch_tokens;
+    bo.seed = c_.seed;
+    batcher_ = std::make_unique<Batcher>(std::move(train.examples), bo);
+
+    if (!c_.data.valid_src.empty()) {
+        ParallelText valid_text = read_parallel(c_.data.valid_src, c_.data.valid_tgt);
+        valid_examples_ = encode_parallel(valid_text, tokenizers_, c_.data.max_len).examples;
+        valid_src_lines_ = valid_text.source;
+        valid_ref_lines_ = valid_text.target;
+        if (c_.valid_bleu_sentences > 0 && static_cast<std::int64_t>(valid_src_lines_.size()) > c_.valid_bleu_sentences) {
+            valid_src_lines_.resize(c_.valid_bleu_sentences);
+            valid_ref_lines_.resize(c_.valid_bleu_sentences);
+        }
+        log_ << "validation data: " << valid_text.stats.summary() << "\n";
+    }
+}
+
+void Trainer::build_model() {
+    ModelConfig& m = c_.model;
+    m.src_vocab = tokenizers_.source->vocab_size();
+    m.tgt_vocab = tokenizers_.target->vocab_size();
+    m.pad_id = kPadId;
+    m.bos_id = kBosId;
+    m.eos_id = kEosId;
+    // Decoding may run longer than training sentences: the positional table covers the decode cap too.
+    m.max_len = std::max<std::int64_t>(m.max_len, c_.data.max_len + 2);
+    model_ = std::make_unique<Transformer>(m, c_.seed);
+    const ParamList params = model_->parameters();
+    AdamOptions ao{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay};
+    if (c_.optim.optimizer == "adam") optimizer_ = std::make_unique<Adam>(params, ao);
+    else if (c_.optim.optimizer == "adamw") optimizer_ = std::make_unique<AdamW>(params, ao);
+    else optimizer_ = std::make_unique<Sgd>(params, SgdOptions{c_.optim.momentum, 0, false, c_.optim.weight_decay});
+    c_.optim.schedule.d_model = m.d_model;
+    dropout_rng_ = Rng(hash64(c_.seed, 0xD409));
+
+    if (c_.resume) {
+        const std::string path = (fs::path(dir_) / manifest_.last).string();
+        const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
+        state_ = load_training_checkpoint(path, *model_, *optimizer_);
+        std::tie(state_.skipped_empty, state_.filtered_long) = prev_stats;
+        dropout_rng_.offset = state_.dropout_offset;
+        truncate_metrics((fs::path(dir_) / "metrics.jsonl").string(), state_.step);
+        last_checkpoint_step_ = state_.step;
+        log_ << "resuming from " << path << " (step " << state_.step << ", epoch " << state_.epoch + 1 << ")\n";
+    } else {
+        write_file_atomic((fs::path(dir_) / "run.json").string(), to_json(c_));
+        if (!c_.resolved_config_toml.empty())
+            write_file_atomic((fs::path(dir_) / "config.toml").string(), c_.resolved_config_toml);
+    }
+    log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
+         << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
+         << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << "); " << batcher_->num_batches()
+         << " batches per epoch; " << num_threads() << " threads; lr " << c_.optim.schedule.describe() << "\n";
+    metrics_.open((fs::path(dir_) / "metrics.jsonl").string(), std::ios::app);
+    if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl'");
+}
+
+void Trainer::write_metrics(const nlohmann::json& j) {
+    metrics_ << j.dump() << "\n";
+    metrics_.flush();
+}
+
+void Trainer::train_step(const Batch& b) {
+    const auto t0 = Clock::now();
+    ++state_.step;
+    const double lr = c_.optim.schedule.lr_at(state_.step);
+    LossReport report;
+    Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, Pass{&dropout_rng_});
+    Tensor loss = sequence_loss(logits, b.target, model_->config.pad_id, real(c_.optim.label_smoothing), &report);
+    if (!std::isfinite(report.loss)) {
+        std::string where = c_.check_nan ? "; " + first_nonfinite_op() : " (run with --check-nan to find the op)";
+        tape().clear();
+        throw std::runtime_error("non-finite loss at step " + std::to_string(state_.step) + where +
+                                 "; the last checkpoint stays intact — try a lower learning rate or --clip");
+    }
+    optimizer_->zero_grad();
+    backward(loss, /*keep_tape=*/c_.check_nan);
+    if (auto bad = first_nonfinite_grad(optimizer_->params())) {
+        std::string where = c_.check_nan ? "; " + first_nonfinite_backward() : " (run with --check-nan to find the op)";
+        tape().clear();
+        throw std::runtime_error("non-finite gradient of " + *bad + " at step " + std::to_string(state_.step) + where +
+                                 "; the last checkpoint stays intact");
+    }
+    tape().clear();
+    last_grad_norm_ = c_.optim.clip > 0 ? clip_grad_norm(optimizer_->params(), c_.optim.clip) : grad_norm(optimizer_->params());
+    optimizer_->step(lr);
+    state_.dropout_offset = dropout_rng_.offset;
+    state_.target_tokens += report.tokens;
+
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    state_.train_seconds += seconds;
+    window_seconds_ += seconds;
+    window_loss_ += report.loss * double(report.tokens);
+    window_nll_ += report.nll * double(report.tokens);
+    window_tokens_ += report.tokens;
+    ++window_steps_;
+    last_lr_ = lr;
+    result_.last_loss = report.loss;
+}
+
+double Trainer::eta_seconds() const {
+    const double per_step = window_steps_ ? window_seconds_ / double(window_steps_) : 0;
+    double eta = std::numeric_limits<double>::infinity();
+    if (c_.max_steps) eta = std::min(eta, double(c_.max_steps - state_.step) * per_step);
+    if (c_.epochs) {
+        const std::int64_t total = c_.epochs * batcher_->num_batches();
+        const std::int64_t done = state_.epoch * batcher_->num_batches() + state_.batch_in_epoch;
+        eta = std::min(eta, double(total - done) * per_step);
+    }
+    if (c_.time_budget_minutes) eta = std::min(eta, c_.time_budget_minutes * 60 - state_.train_seconds);
+    return eta;
+}
+
+void Trainer::log_progress(bool force_line) {
+    const bool at_log_step = state_.step % c_.log_every == 0;
+    if (!at_log_step && !force_line) {
+        // The live bar: redraw at most ten times a second.
+        if (bar_ && Clock::now() - last_bar_ > std::chrono::milliseconds(100) && window_tokens_ > 0) {
+            last_bar_ = Clock::now();
+            double total = c_.max_steps ? double(c_.max_steps) : 0;
+            if (c_.epochs) total = total ? std::min(total, double(c_.epochs * batcher_->num_batches())) : double(c_.epochs * batcher_->num_batches());
+            double frac = total > 0 ? double(state_.step) / total : state_.train_seconds / (c_.time_budget_minutes * 60);
+            frac = std::clamp(frac, 0.0, 1.0);
+            const int width = 20, filled = static_cast<int>(frac * width);
+            const double loss = window_loss_ / double(window_tokens_), nll = window_nll_ / double(window_tokens_);
+            log_ << "\r\033[K[" << std::string(filled, '#') << std::string(width - filled, '.') << "] step " << state_.step
+                 << " | ep " << state_.epoch + 1 << " | loss " << fmt("%.3f", loss) << " | ppl " << fmt("%.2f", std::exp(nll))
+                 << " | lr " << fmt("%.2e", last_lr_) << " | " << fmt("%.0f", double(window_tokens_) / window_seconds_)
+                 << " tok/s | ETA " << clock_text(eta_seconds()) << std::flush;
+        }
+        return;
+    }
+    if (window_tokens_ == 0) return;
+    const double loss = window_loss_ / double(window_tokens_), nll = window_nll_ / double(window_tokens_);
+    const double tok_s = double(window_tokens_) / window_seconds_;
+    if (bar_) log_ << "\r\033[K";
+    log_ << "step " << state_.step << " | epoch " << state_.epoch + 1 << " | loss " << fmt("%.4f", loss) << " | nll "
+         << fmt("%.4f", nll) << " | ppl " << fmt("%.2f", std::exp(nll)) << " | lr " << fmt("%.3e", last_lr_) << " | |g| "
+         << fmt("%.3f", last_grad_norm_) << " | " << fmt("%.0f", tok_s) << " tgt tok/s | " << clock_text(state_.train_seconds)
+         << " elapsed | ETA " << clock_text(eta_seconds()) << "\n";
+    write_metrics({{"type", "train"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"loss", loss}, {"nll", nll},
+                   {"ppl", std::exp(nll)}, {"lr", last_lr_}, {"grad_norm", last_grad_norm_}, {"tok_per_s", tok_s},
+                   {"elapsed", state_.train_seconds}});
+    window_loss_ = window_nll_ = window_seconds_ = 0;
+    window_tokens_ = window_steps_ = 0;
+}
+
+void Trainer::validate() {
+    if (valid_examples_.empty() || last_valid_step_ == state_.step) return;
+    last_valid_step_ = state_.step;
+    if (bar_) log_ << "\r\033[K";
+    const auto t0 = Clock::now();
+    const LossReport loss = teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing);
+    nlohmann::json j = {{"type", "valid"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"valid_loss", loss.loss},
+                        {"valid_nll", loss.nll}, {"valid_ppl", loss.ppl}, {"elapsed", state_.train_seconds}};
+    double score = -loss.loss;
+    std::string bleu_text;
+    if (c_.valid_bleu) {
+        const auto hyps = translate_lines(*model_, tokenizers_, valid_src_lines_, DecodeOptions{}, c_.data.batch_tokens);
+        std::vector<std::string> refs;
+        for (const auto& r : valid_ref_lines_) refs.emplace_back(trim(r));
+        const BleuScore bleu = corpus_bleu(hyps, refs);
+        j["valid_bleu"] = bleu.score;
+        score = bleu.score;
+        bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score);
+        result_.best_valid_bleu = std::max(result_.best_valid_bleu, bleu.score);
+    }
+    result_.best_valid_loss = result_.best_valid_loss < 0 ? loss.loss : std::min(result_.best_valid_loss, loss.loss);
+    const bool improved = state_.best_step < 0 || score > state_.best_score;
+    if (improved) {
+        state_.best_score = score;
+        state_.best_step = state_.step;
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
+    }
+    j["best"] = improved;
+    write_metrics(j);
+    log_ << "valid @ step " << state_.step << " | loss " << fmt("%.4f", loss.loss) << " | nll " << fmt("%.4f", loss.nll)
+         << " | ppl " << fmt("%.2f", loss.ppl) << bleu_text << (improved ? " | new best, saved model.safetensors" : "")
+         << " (" << fmt("%.1f", std::chrono::duration<double>(Clock::now() - t0).count()) << " s)\n";
+}
+
+// force: write even when this step was already saved (the final validation may have changed the best score).
+void Trainer::checkpoint(bool force) {
+    if (last_checkpoint_step_ == state_.step && !force) return;
+    last_checkpoint_step_ = state_.step;
+    char name[64];
+    std::snprintf(name, sizeof name, "checkpoints/step-%08lld.safetensors", static_cast<long long>(state_.step));
+    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_);
+    // Without validation data, the weights to use are the last ones.
+    if (valid_examples_.empty()) save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
+    manifest_.last = name;
+    manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), std::string(name)), manifest_.kept.end());
+    manifest_.kept.push_back(name);
+    std::vector<std::string> dropped;
+    while (static_cast<int>(manifest_.kept.size()) > c_.keep) {
+        dropped.push_back(manifest_.kept.front());
+        manifest_.kept.erase(manifest_.kept.begin());
+    }
+    write_manifest(dir_, manifest_, state_);  // only now is the new checkpoint the one to resume from
+    std::error_code ec;
+    for (const auto& f : dropped) fs::remove(fs::path(dir_) / f, ec);
+}
+
+TrainResult Trainer::run() {
+    set_threads(c_.threads);
+    prepare_directory();
+    prepare_data();
+    build_model();
+    SignalScope signals;
+
+    auto stop_reason = [&]() -> std::string {
+        if (g_signal.load()) return "interrupted";
+        if (c_.max_steps && state_.step >= c_.max_steps) return "max steps";
+        if (c_.time_budget_minutes && state_.train_seconds >= c_.time_budget_minutes * 60) return "time budget";
+        if (c_.epochs && state_.epoch >= c_.epochs) return "epochs";
+        return "";
+    };
+    std::string reason = stop_reason();
+    while (reason.empty()) {
+        const auto plan = batcher_->epoch_plan(state_.epoch);
+        while (state_.batch_in_epoch < static_cast<std::int64_t>(plan.size()) && reason.empty()) {
+            train_step(batcher_->batch(plan[state_.batch_in_epoch]));
+            ++state_.batch_in_epoch;
+            log_progress(false);
+            if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
+            if (state_.step % c_.checkpoint_every == 0) checkpoint();
+            reason = stop_reason();
+        }
+        if (state_.batch_in_epoch >= static_cast<std::int64_t>(plan.size())) {
+            ++state_.epoch;
+            state_.batch_in_epoch = 0;
+            if (c_.valid_every == 0) validate();
+            if (reason.empty()) reason = stop_reason();
+        }
+    }
+    log_progress(true);
+    result_.interrupted = reason == "interrupted";
+    const std::int64_t valid_step = last_valid_step_;
+    if (!result_.interrupted) validate();
+    checkpoint(/*force=*/last_valid_step_ != valid_step);
+    result_.steps = state_.step;
+    result_.train_seconds = state_.train_seconds;
+    result_.stop_reason = reason;
+    if (result_.interrupted)
+        log_ << "interrupted at step " << state_.step << "; checkpoint saved. Resume with: tapeformer train --out " << dir_
+             << " --resume\n";
+    else
+        log_ << "stopped after " << state_.step << " steps (" << reason << "), " << clock_text(state_.train_seconds)
+             << " of training" << (state_.best_step >= 0 ? "; best validation at step " + std::to_string(state_.best_step) : "")
+             << "; model: " << (fs::path(dir_) / "model.safetensors").string() << "\n";
+    return result_;
+}
+
+}  // namespace
+
+TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar) {
+    config.validate();
+    Trainer trainer(std::move(config), log, progress_bar);
+    return trainer.run();
+}
+
+TF_NAMESPACE_END
