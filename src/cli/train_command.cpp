@@ -46,6 +46,45 @@ std::map<std::string, Preset> presets() {
     };
 }
 
+// The resolved settings as a CLI11 config file: every option of `train` with its final value, so
+// `tapeformer train --config DIR/config.toml --out NEW` repeats the run.
+std::string to_toml(const TrainConfig& c) {
+    auto q = [](const std::string& v) { return "\"" + v + "\""; };
+    auto num = [](double v) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", v);
+        return std::string(buf);
+    };
+    const Schedule& s = c.optim.schedule;
+    std::vector<std::pair<std::string, std::string>> kv = {
+        {"train-src", q(c.data.train_src)}, {"train-tgt", q(c.data.train_tgt)},
+        {"valid-src", q(c.data.valid_src)}, {"valid-tgt", q(c.data.valid_tgt)},
+        {"tokenizer", q(to_string(c.data.tokenizer))}, {"vocab-size", std::to_string(c.data.vocab_size)},
+        {"joint-vocab", c.data.joint_vocab ? "true" : "false"},
+        {"max-len", std::to_string(c.data.max_len)}, {"batch-tokens", std::to_string(c.data.batch_tokens)},
+        {"d-model", std::to_string(c.model.d_model)}, {"heads", std::to_string(c.model.heads)},
+        {"ffn", std::to_string(c.model.ffn)}, {"enc-layers", std::to_string(c.model.enc_layers)},
+        {"dec-layers", std::to_string(c.model.dec_layers)}, {"dropout", num(c.model.dropout)},
+        {"attention-dropout", num(c.model.attention_dropout)}, {"activation-dropout", num(c.model.activation_dropout)},
+        {"norm", q(to_string(c.model.norm))}, {"activation", q(to_string(c.model.activation))},
+        {"tie", q(to_string(c.model.tie))}, {"positional", q(to_string(c.model.positional))},
+        {"max-positions", std::to_string(c.model.max_len)},
+        {"optimizer", q(c.optim.optimizer)}, {"lr", num(s.lr)}, {"schedule", q(schedule_kind_name(s.kind))},
+        {"warmup", std::to_string(s.warmup)}, {"total-steps", std::to_string(s.total_steps)}, {"min-lr", num(s.min_lr)},
+        {"beta1", num(c.optim.beta1)}, {"beta2", num(c.optim.beta2)}, {"adam-eps", num(c.optim.eps)},
+        {"weight-decay", num(c.optim.weight_decay)}, {"momentum", num(c.optim.momentum)}, {"clip", num(c.optim.clip)},
+        {"label-smoothing", num(c.optim.label_smoothing)}, {"seed", std::to_string(c.seed)},
+        {"max-steps", std::to_string(c.max_steps)}, {"epochs", std::to_string(c.epochs)},
+        {"time-budget", num(c.time_budget_minutes)}, {"log-every", std::to_string(c.log_every)},
+        {"valid-every", std::to_string(c.valid_every)}, {"checkpoint-every", std::to_string(c.checkpoint_every)},
+        {"keep", std::to_string(c.keep)}, {"valid-bleu", c.valid_bleu ? "true" : "false"},
+        {"valid-bleu-sentences", std::to_string(c.valid_bleu_sentences)}};
+    std::string out = "# tapeformer train: the resolved settings of this run.\n"
+                      "# Repeat it with: tapeformer train --config config.toml --out NEWDIR\n";
+    for (const auto& [k, v] : kv) out += k + "=" + v + "\n";
+    return out;
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -67,7 +106,11 @@ void add_train_command(CLI::App& app) {
 
     CLI::App* cmd = app.add_subcommand("train", "Train a translation model on two aligned text files (one sentence per line).\n"
                                                 "Example: tapeformer train --preset toy --out runs/toy");
-    cmd->set_config("--config", "", "Read settings from a TOML file (as written to DIR/config.toml by a run)");
+    auto config_file = std::make_shared<std::string>();
+    cmd->add_option("--config", *config_file,
+                    "Read settings from a TOML file of option=value lines, such as the DIR/config.toml a run writes;\n"
+                    "options on the command line win over the file, the file over --preset")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--preset", *preset, preset_help)->check(CLI::IsMember({"toy", "multi30k"}));
 
     auto data = "Data";
@@ -154,18 +197,33 @@ void add_train_command(CLI::App& app) {
     cmd->add_flag("--force", c->force, "Start over in an --out that holds another run (deletes its checkpoints)")->group(run);
     cmd->add_flag("--check-nan", c->check_nan, "On a non-finite loss or gradient, name the first op that produced it")->group(run);
 
-    cmd->callback([cmd, c, preset, layers, strings]() {
-        // Presets fill what neither the command line nor --config set.
+    cmd->callback([cmd, c, preset, layers, strings, config_file]() {
+        // Sets an option the command line left unset, as if it had been given.
+        auto fill = [cmd](const std::string& name, const std::vector<std::string>& values, const std::string& from) {
+            CLI::Option* o = cmd->get_option_no_throw("--" + name);
+            if (!o || name == "config" || name == "preset")
+                throw std::invalid_argument(from + ": '" + name + "' is not a setting of tapeformer train (see --help)");
+            if (o->count() > 0) return;
+            o->clear();
+            for (const auto& v : values) o->add_result(v);
+            try {
+                o->run_callback();
+            } catch (const CLI::Error& e) {
+                throw std::invalid_argument(from + ": " + name + ": " + e.what());
+            }
+        };
+        if (!config_file->empty()) {
+            for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(*config_file)) {
+                if (item.name == "++" || item.name == "--") continue;  // section markers
+                if (!item.parents.empty() && !(item.parents.size() == 1 && item.parents[0] == "train"))
+                    throw std::invalid_argument(*config_file + ": section [" + item.parents[0] + "] is not [train]");
+                fill(item.name, item.inputs, *config_file);
+            }
+        }
+        // A preset fills what neither the command line nor --config set.
         if (!preset->empty()) {
             const auto all = presets();
-            for (const auto& [name, value] : all.at(*preset).values) {
-                CLI::Option* o = cmd->get_option("--" + name);
-                if (o->count() == 0) {
-                    o->clear();
-                    o->add_result(value);
-                    o->run_callback();
-                }
-            }
+            for (const auto& [name, value] : all.at(*preset).values) fill(name, {value}, "preset " + *preset);
         }
         TrainConfig& cfg = *c;
         if (*layers) cfg.model.enc_layers = cfg.model.dec_layers = *layers;
@@ -188,9 +246,7 @@ void add_train_command(CLI::App& app) {
             if (!ignored.empty())
                 std::cerr << "tapeformer: note: --resume keeps the run's own settings; ignored:" << ignored << "\n";
         } else {
-            cfg.resolved_config_toml = "# tapeformer train: resolved settings of this run.\n"
-                                       "# Repeat it with: tapeformer train --config config.toml --out NEWDIR\n" +
-                                       cmd->config_to_str(true, false);
+            cfg.resolved_config_toml = to_toml(cfg);
         }
         const TrainResult r = train(cfg, std::cerr, isatty(STDERR_FILENO) != 0);
         command_exit_code() = r.interrupted ? 130 : 0;
