@@ -15,6 +15,11 @@ void add_eval_command(CLI::App& app);       // eval: BLEU, chrF and reference lo
 void add_encode_command(CLI::App& app);     // encode: the tokens a model sees
 void add_data_command(CLI::App& app);       // data toy: write the toy corpus
 
+// A flag check: the value is a number > lo (strict) or >= lo; the error says so ("--beam: must be > 0, got 0").
+CLI::Validator number_above(double lo, bool strict);
+// Throws, naming `flag`, if `path` is a directory or its directory does not exist: refuses an output
+// file that cannot be written before hours of decoding, not after.
+void check_output_path(const std::string& path, const std::string& flag);
 struct DecodeOptions;
 // translate's and eval's decoding flags (--beam, --length-penalty, --max-len, --max-len-ratio, ...).
 void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& batch_tokens);

@@ -1,0 +1,365 @@
+// The `tapeformer` executable, run as a user would: translate, eval, encode and data toy on a tiny untrained
+// model, and bad input (missing, truncated, corrupted or foreign model files, missing inputs, misaligned
+// files, unknown or out-of-range flags), each of which must exit non-zero with exactly one line on stderr
+// that names the problem, and leave an existing output file as it was.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tapeformer/checkpoint.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/io.h"
+#include "tapeformer/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+struct CliTempDir {
+    fs::path path;
+    CliTempDir() {
+        std::string tmpl = (fs::temp_directory_path() / "tf_cli_XXXXXX").string();
+        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+        path = tmpl;
+    }
+    ~CliTempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void spit(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    REQUIRE(out.good());
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+// A shell word: 'text' with every ' written as '\''.
+std::string quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+// What one run of the executable did.
+struct Run {
+    int status = -1;  // exit status; -1 if it did not exit normally (e.g. crashed)
+    std::string out, err;
+};
+
+// Runs `tapeformer <args>` (args already quoted as needed) with `input` on stdin, in `scratch`'s files.
+Run run_cli(const CliTempDir& scratch, const std::string& args, const std::string& input = "") {
+    const std::string in = scratch / "run.stdin", out = scratch / "run.stdout", err = scratch / "run.stderr";
+    spit(in, input);
+    const std::string command = quote(TF_CLI) + " --threads 1 " + args + " <" + quote(in) + " >" + quote(out) +
+                                " 2>" + quote(err);
+    const int raw = std::system(command.c_str());
+    Run r;
+    r.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+// A failed run: non-zero exit and one line on stderr that contains `what`.
+void check_one_line_error(const Run& r, const std::string& what) {
+    INFO("stderr: " << r.err);
+    CHECK(r.status > 0);
+    CHECK(r.err.size() > 1);
+    CHECK(r.err.back() == '\n');
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::Contains(what));
+    CHECK(r.out.empty());
+}
+
+const std::vector<std::string> kSources = {"the dog sees a cat", "a big house", "the cat runs to the house",
+                                           "a dog"};
+const std::vector<std::string> kTargets = {"lo karo videt la kata", "la grando domo", "la kata al domo kurat",
+                                           "lo karo"};
+
+// A tiny untrained model: what `tapeformer train` would leave in its --out directory, without training.
+tf::ModelConfig write_model_dir(const std::string& dir) {
+    tf::TokenizerOptions options;
+    options.kind = tf::TokenizerKind::word;
+    options.joint = true;
+    const tf::TokenizerPair tokenizers = tf::TokenizerPair::train(kSources, kTargets, options);
+    tf::ModelConfig c;
+    c.src_vocab = c.tgt_vocab = tokenizers.source->vocab_size();
+    c.d_model = 8;
+    c.heads = 2;
+    c.ffn = 16;
+    c.enc_layers = c.dec_layers = 1;
+    c.dropout = c.attention_dropout = c.activation_dropout = 0.1;
+    c.max_len = 16;  // sources longer than 15 tokens are cut
+    tf::Transformer model(c, /*seed=*/3);
+    fs::create_directories(dir);
+    tf::save_model_weights((fs::path(dir) / "model.safetensors").string(), model);
+    tokenizers.save(dir);
+    return c;
+}
+
+// A scratch directory with a model in `model/` and a file `existing.txt` that failures must not touch.
+struct CliFixture {
+    CliTempDir tmp;
+    std::string model = tmp / "model";
+    std::string weights = tmp / "model/model.safetensors";
+    std::string existing = tmp / "existing.txt";
+    tf::ModelConfig config = write_model_dir(model);
+    CliFixture() { spit(existing, "keep me\n"); }
+};
+
+const std::string kInput = "the dog sees a cat\n\na big house\n";
+
+}  // namespace
+
+TEST_CASE("translate reads stdin and writes one translation per input line to stdout", "[cli]") {
+    CliFixture f;
+    const Run r = run_cli(f.tmp, "translate --model " + quote(f.model), kInput);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(r.err.empty());  // stderr is no terminal: no progress line; nothing was cut: no note
+    const auto out = lines_of(r.out);
+    REQUIRE(out.size() == 3);
+    CHECK(out[1].empty());  // an empty line stays empty
+
+    SECTION("--input and --output give the same translations in a file, nothing on stdout") {
+        spit(f.tmp / "in.txt", kInput);
+        const Run w = run_cli(f.tmp, "translate --model " + quote(f.model) + " --input " + quote(f.tmp / "in.txt") +
+                                         " --output " + quote(f.existing) + " --beam 3 --length-penalty 0.6");
+        REQUIRE(w.status == 0);
+        CHECK(w.out.empty());
+        CHECK(lines_of(slurp(f.existing)).size() == 3);
+        CHECK(lines_of(slurp(f.existing))[1].empty());
+    }
+    SECTION("a source longer than the model's positional table is cut, with a note on stderr") {
+        std::string long_line;
+        for (int i = 0; i < 40; ++i) long_line += "the dog ";
+        const Run w = run_cli(f.tmp, "translate --model " + quote(f.model), long_line + "\na dog\n");
+        REQUIRE(w.status == 0);
+        CHECK(lines_of(w.out).size() == 2);
+        CHECK(std::count(w.err.begin(), w.err.end(), '\n') == 1);
+        CHECK_THAT(w.err, Catch::Contains("1 of 2") && Catch::Contains("15"));
+    }
+}
+
+TEST_CASE("encode prints the pieces or ids the model sees, one line per input line", "[cli]") {
+    CliFixture f;
+    const std::string input = "the dog zebra\n\na cat\n";
+    const Run pieces = run_cli(f.tmp, "encode --model " + quote(f.model), input);
+    REQUIRE(pieces.status == 0);
+    CHECK(pieces.out == "the dog <unk>\n\na cat\n");
+
+    const tf::TokenizerPair tok = tf::TokenizerPair::load(f.model);
+    const Run ids = run_cli(f.tmp, "encode --ids --side tgt --model " + quote(f.model), input);
+    REQUIRE(ids.status == 0);
+    std::string expected;
+    for (const char* line : {"the dog zebra", "", "a cat"}) {
+        std::string row;
+        for (std::int32_t id : tok.target->encode(line)) row += (row.empty() ? "" : " ") + std::to_string(id);
+        expected += row + "\n";
+    }
+    CHECK(ids.out == expected);
+    CHECK_THAT(ids.out, Catch::Contains(" 3\n"));  // zebra is <unk>
+
+    const Run bad_side = run_cli(f.tmp, "encode --side both --model " + quote(f.model), input);
+    check_one_line_error(bad_side, "--side");
+}
+
+TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON line", "[cli]") {
+    CliFixture f;
+    std::string src, ref;
+    for (std::size_t i = 0; i < kSources.size(); ++i) {
+        src += kSources[i] + "\n";
+        ref += kTargets[i] + "\n";
+    }
+    spit(f.tmp / "test.src", src);
+    spit(f.tmp / "test.ref", ref);
+    const std::string files = " --model " + quote(f.model) + " --src " + quote(f.tmp / "test.src") + " --ref " +
+                              quote(f.tmp / "test.ref");
+
+    const Run json = run_cli(f.tmp, "eval --json" + files + " --output-hyp " + quote(f.tmp / "hyp.txt"));
+    INFO("stderr: " << json.err);
+    REQUIRE(json.status == 0);
+    REQUIRE(lines_of(json.out).size() == 1);
+    const nlohmann::json j = nlohmann::json::parse(json.out);
+    for (const char* key : {"bleu", "chrf", "loss", "nll", "ppl"}) {
+        INFO(key);
+        REQUIRE(j.contains(key));
+        CHECK(j[key].is_number());
+    }
+    CHECK(j["bleu"].get<double>() >= 0);
+    CHECK(j["bleu"].get<double>() <= 100);
+    CHECK(j["loss"].get<double>() > 0);
+    CHECK(j["ppl"].get<double>() == Approx(std::exp(j["nll"].get<double>())));
+    CHECK_THAT(j["signature"].get<std::string>(), Catch::StartsWith("nrefs:1|") && Catch::Contains("tok:13a"));
+    CHECK(lines_of(slurp(f.tmp / "hyp.txt")).size() == kSources.size());
+
+    // The hypotheses file holds what translate prints.
+    const Run tr = run_cli(f.tmp, "translate --model " + quote(f.model) + " --input " + quote(f.tmp / "test.src"));
+    CHECK(tr.out == slurp(f.tmp / "hyp.txt"));
+
+    const Run text = run_cli(f.tmp, "eval --label-smoothing 0" + files);
+    REQUIRE(text.status == 0);
+    const auto out = lines_of(text.out);
+    REQUIRE(out.size() == 5);
+    CHECK_THAT(out[0], Catch::StartsWith("BLEU = ") && Catch::Contains("(BP = "));
+    CHECK_THAT(out[1], Catch::Contains("nrefs:1|"));
+    CHECK_THAT(out[2], Catch::StartsWith("chrF2 = "));
+    CHECK_THAT(out[4], Catch::StartsWith("loss = ") && Catch::Contains("| nll = ") && Catch::Contains("| ppl = "));
+}
+
+TEST_CASE("data toy writes the six files of data/toy byte for byte", "[cli]") {
+    CliTempDir tmp;
+    const Run r = run_cli(tmp, "data toy --out " + quote(tmp / "toy"));
+    INFO("stderr: " << r.err);
+    REQUIRE(r.status == 0);
+    for (const char* name : {"train.src", "train.tgt", "valid.src", "valid.tgt", "test.src", "test.tgt"}) {
+        INFO(name);
+        const std::string committed = slurp((fs::path(TF_SOURCE_DIR) / "data/toy" / name).string());
+        REQUIRE(!committed.empty());
+        CHECK(slurp(tmp / ("toy/" + std::string(name))) == committed);
+    }
+
+    const Run group = run_cli(tmp, "data");
+    check_one_line_error(group, "needs a subcommand: toy");
+    const Run help = run_cli(tmp, "data --help");
+    CHECK(help.status == 0);
+    CHECK_THAT(help.out, Catch::Contains("toy"));
+}
+
+TEST_CASE("every flag of the inference commands has a help line with its default", "[cli]") {
+    CliTempDir tmp;
+    const Run translate = run_cli(tmp, "translate --help");
+    CHECK(translate.status == 0);
+    for (const char* flag : {"--model", "--input", "--output", "--beam", "--length-penalty", "--max-len",
+                             "--max-len-ratio", "--batch-tokens"})
+        CHECK_THAT(translate.out, Catch::Contains(flag));
+    CHECK_THAT(translate.out, Catch::Contains("default: standard input"));
+    const Run eval = run_cli(tmp, "eval --help");
+    CHECK_THAT(eval.out, Catch::Contains("--label-smoothing") && Catch::Contains("0.1") && Catch::Contains("--json"));
+}
+
+TEST_CASE("bad model directories fail with one line naming the problem and leave --output alone", "[cli]") {
+    CliFixture f;
+    auto translate_to_existing = [&](const std::string& model_dir) {
+        return run_cli(f.tmp, "translate --model " + quote(model_dir) + " --output " + quote(f.existing), kInput);
+    };
+
+    SECTION("a missing directory") {
+        check_one_line_error(translate_to_existing(f.tmp / "no_such_model"), "no_such_model");
+    }
+    SECTION("a directory without model.safetensors") {
+        fs::remove(f.weights);
+        check_one_line_error(translate_to_existing(f.model), "model.safetensors");
+    }
+    SECTION("a truncated model.safetensors") {
+        const std::string bytes = tf::read_file(f.weights);
+        spit(f.weights, bytes.substr(0, bytes.size() / 2));
+        check_one_line_error(translate_to_existing(f.model), f.weights);
+    }
+    SECTION("a corrupted model.safetensors: one flipped data byte fails the checksum") {
+        std::string bytes = tf::read_file(f.weights);
+        bytes[bytes.size() - 3] ^= 0x10;  // inside the last tensor's values
+        spit(f.weights, bytes);
+        check_one_line_error(translate_to_existing(f.model), "checksum mismatch");
+    }
+    SECTION("a model.safetensors of another format version") {
+        tf::Transformer model(f.config);
+        auto meta = f.config.to_metadata();
+        meta["tapeformer.format"] = "999";
+        meta["tapeformer.kind"] = "model";
+        tf::save_safetensors(f.weights, model.parameters(), meta, /*with_checksum=*/true);
+        const Run r = translate_to_existing(f.model);
+        check_one_line_error(r, "format 999");
+        CHECK_THAT(r.err, Catch::Contains(f.weights));
+    }
+    SECTION("a missing tokenizer") {
+        fs::remove(fs::path(f.model) / "vocab.txt");
+        check_one_line_error(translate_to_existing(f.model), "vocab.txt");
+    }
+    CHECK(slurp(f.existing) == "keep me\n");
+
+    SECTION("eval and encode report the same problems") {
+        const std::string missing = f.tmp / "no_such_model";
+        spit(f.tmp / "a.txt", "a dog\n");
+        check_one_line_error(run_cli(f.tmp, "eval --model " + quote(missing) + " --src " + quote(f.tmp / "a.txt") +
+                                                " --ref " + quote(f.tmp / "a.txt")),
+                             "no_such_model");
+        check_one_line_error(run_cli(f.tmp, "encode --model " + quote(missing), "a dog\n"), "no_such_model");
+    }
+}
+
+TEST_CASE("bad inputs and flags fail with one line naming the problem", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + quote(f.model);
+
+    SECTION("a missing --input file") {
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --input " + quote(f.tmp / "nope.txt") +
+                                                " --output " + quote(f.existing)),
+                             "nope.txt");
+        check_one_line_error(run_cli(f.tmp, "encode" + model + " --input " + quote(f.tmp / "nope.txt")), "nope.txt");
+    }
+    SECTION("eval with source and reference files of different lengths names both counts") {
+        spit(f.tmp / "three.src", "a dog\nthe cat\na big house\n");
+        spit(f.tmp / "two.ref", "lo karo\nla kata\n");
+        const Run r = run_cli(f.tmp, "eval" + model + " --src " + quote(f.tmp / "three.src") + " --ref " +
+                                         quote(f.tmp / "two.ref") + " --output-hyp " + quote(f.existing));
+        check_one_line_error(r, "three.src' has 3 lines");
+        CHECK_THAT(r.err, Catch::Contains("two.ref' has 2"));
+    }
+    SECTION("invalid UTF-8 in the input names the line") {
+        check_one_line_error(run_cli(f.tmp, "translate" + model, "a dog\nthe \xff cat\n"), "standard input:2");
+    }
+    SECTION("an unknown flag") {
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --bogus 3", kInput), "--bogus");
+    }
+    SECTION("out-of-range numbers") {
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --beam 0", kInput), "--beam");
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --max-len -5", kInput), "--max-len");
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --max-len-ratio 0", kInput), "--max-len-ratio");
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --length-penalty -1", kInput), "--length-penalty");
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --batch-tokens 0", kInput), "--batch-tokens");
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --beam two", kInput), "--beam");
+        spit(f.tmp / "a.txt", "a dog\n");
+        check_one_line_error(run_cli(f.tmp, "eval" + model + " --src " + quote(f.tmp / "a.txt") + " --ref " +
+                                                quote(f.tmp / "a.txt") + " --label-smoothing 1"),
+                             "--label-smoothing");
+        check_one_line_error(run_cli(f.tmp, "data toy --out " + quote(f.tmp / "toy") + " --train -1"), "--train");
+    }
+    SECTION("a missing required flag") {
+        check_one_line_error(run_cli(f.tmp, "translate", kInput), "--model");
+    }
+    SECTION("an --output in a directory that does not exist fails before translating") {
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --output " + quote(f.tmp / "no/dir/out.txt"), kInput),
+                             "no/dir");
+    }
+    CHECK(slurp(f.existing) == "keep me\n");
+}
