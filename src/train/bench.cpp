@@ -1,0 +1,362 @@
+// `tapeformer bench train`: torch_ref.py's training benchmark, step for step, on tapeformer.
+//
+// One step is what torch_ref.py's train_step does: lr from the Noam schedule; forward and loss (phase
+// "fwd"); backward ("bwd"); gradient-norm clipping ("clip"); Adam step and zero_grad ("optim").
+#include "tapeformer/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/blas.h"
+#include "tapeformer/decode.h"
+#include "tapeformer/nn/transformer.h"
+#include "tapeformer/optim.h"
+#include "tapeformer/schedule.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+constexpr std::int32_t kPad = 0, kBos = 1, kEos = 2, kFirstWord = 4;
+constexpr int kBatches = 8;  // cycled, as in torch_ref.py
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double peak_rss_mb() {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+std::int64_t enc_layers(const BenchTrainOptions& o) { return o.enc_layers >= 0 ? o.enc_layers : o.layers; }
+std::int64_t dec_layers(const BenchTrainOptions& o) { return o.dec_layers >= 0 ? o.dec_layers : o.layers; }
+
+// One batch: src (B, S), dec_in (B, T), labels (B, T), row-major.
+struct Batch {
+    std::vector<std::int32_t> src, dec_in, labels;
+    std::int64_t src_nonpad = 0, tgt_nonpad = 0;
+};
+
+// torch_ref.py's make_batch. Each row has a length drawn uniformly from [max(1, ceil(frac·L)), L] and
+// words uniform in [4, V); positions past the length are padding. The target side is
+//   tgt (T + 1) = BOS, w_1 .. w_{len-1}, EOS, PAD ...     (EOS at index len)
+//   dec_in = tgt[0 .. T),  labels = tgt[1 .. T].
+Batch make_batch(Rng& rng, std::int64_t B, std::int64_t S, std::int64_t T, std::int64_t V, double frac) {
+    auto lengths = [&](std::int64_t L) {
+        const std::int64_t lo = std::max<std::int64_t>(1, std::int64_t(std::ceil(frac * double(L))));
+        std::vector<std::int64_t> len(B);
+        for (auto& l : len) l = lo + std::int64_t(rng.below(std::uint64_t(L - lo + 1)));
+        return len;
+    };
+    auto word = [&]() { return std::int32_t(kFirstWord + std::int64_t(rng.below(std::uint64_t(V - kFirstWord)))); };
+    Batch b;
+    const std::vector<std::int64_t> src_len = lengths(S);
+    b.src.assign(B * S, kPad);
+    for (std::int64_t i = 0; i < B; ++i)
+        for (std::int64_t s = 0; s < src_len[i]; ++s) b.src[i * S + s] = word();
+    const std::vector<std::int64_t> tgt_len = lengths(T);
+    b.dec_in.assign(B * T, kPad);
+    b.labels.assign(B * T, kPad);
+    std::vector<std::int32_t> tgt(T + 1);  // one row of tgt
+    for (std::int64_t i = 0; i < B; ++i) {
+        std::fill(tgt.begin(), tgt.end(), kPad);
+        tgt[0] = kBos;
+        for (std::int64_t t = 1; t < tgt_len[i]; ++t) tgt[t] = word();
+        tgt[tgt_len[i]] = kEos;
+        std::copy(tgt.begin(), tgt.end() - 1, b.dec_in.begin() + i * T);
+        std::copy(tgt.begin() + 1, tgt.end(), b.labels.begin() + i * T);
+    }
+    for (std::int32_t id : b.src) b.src_nonpad += id != kPad;
+    for (std::int32_t id : b.labels) b.tgt_nonpad += id != kPad;
+    return b;
+}
+
+ModelConfig model_config(const BenchTrainOptions& o) {
+    ModelConfig c;
+    c.src_vocab = c.tgt_vocab = o.vocab;
+    c.d_model = o.d_model;
+    c.heads = o.heads;
+    c.ffn = o.ffn;
+    c.enc_layers = enc_layers(o);
+    c.dec_layers = dec_layers(o);
+    c.dropout = c.attention_dropout = c.activation_dropout = o.dropout;  // nn.Transformer*Layer: one p
+    c.norm = NormPosition::Post;
+    c.activation = Activation::ReLU;
+    c.tie = o.tie_embeddings ? Tying::All : Tying::None;
+    c.positional = PositionalKind::Sinusoidal;
+    c.max_len = std::max(o.src_len, o.tgt_len) + 8;
+    c.pad_id = kPad;
+    c.bos_id = kBos;
+    c.eos_id = kEos;
+    return c;
+}
+
+// autograd.cpp's backward(loss), with a stopwatch around every record's closure.
+void timed_backward(Tensor& loss, std::map<std::string, double>& ms_by_op) {
+    loss.grad()[0] += real(1);
+    auto& records = tape().records();
+    for (auto it = records.rbegin(); it != records.rend(); ++it) {
+        TapeRecord& r = const_cast<TapeRecord&>(*it);
+        if (!r.backward || !r.out.has_grad()) continue;
+        const auto t0 = Clock::now();
+        r.backward(r.out, r.in);
+        ms_by_op[r.op] += ms_since(t0);
+    }
+    tape().clear();
+}
+
+}  // namespace
+
+void BenchTrainOptions::validate() const {
+    auto positive = [](const char* flag, std::int64_t v) {
+        if (v <= 0) throw std::invalid_argument(std::string("bench train: ") + flag + " must be positive, got " + std::to_string(v));
+    };
+    positive("--d-model", d_model);
+    positive("--heads", heads);
+    positive("--ffn", ffn);
+    positive("--batch", batch);
+    positive("--src-len", src_len);
+    positive("--tgt-len", tgt_len);
+    positive("--eval-reps", eval_reps);
+    if (vocab <= kFirstWord)
+        throw std::invalid_argument("bench train: --vocab must exceed " + std::to_string(kFirstWord) +
+                                    " (ids below it are special), got " + std::to_string(vocab));
+    if (!(min_len_frac >= 0 && min_len_frac <= 1))
+        throw std::invalid_argument("bench train: --min-len-frac must be in [0, 1], got " + std::to_string(min_len_frac));
+    if (steps < 0 || bench_warmup < 0 || profile < 0 || warmup_steps < 0)
+        throw std::invalid_argument("bench train: --steps, --bench-warmup, --warmup-steps and --profile must not be negative");
+    if (!(label_smoothing >= 0 && label_smoothing <= 1))
+        throw std::invalid_argument("bench train: --label-smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
+    model_config(*this).validate();  // layers, heads dividing d_model, dropout range
+}
+
+ForwardFlops forward_flops(const BenchTrainOptions& a) {
+    const double d = double(a.d_model), f = double(a.ffn), V = double(a.vocab), B = double(a.batch);
+    const double S = double(a.src_len), T = double(a.tgt_len), Ns = B * S, Nt = B * T;
+    const double enc = 2 * Ns * d * 3 * d + 2 * Ns * d * d + 2 * 2 * B * S * S * d + 2 * 2 * Ns * d * f;
+    const double dec_self = 2 * Nt * d * 3 * d + 2 * Nt * d * d + 2 * 2 * B * T * T * d;
+    const double dec_cross = 2 * Nt * d * d + 2 * Ns * d * 2 * d + 2 * Nt * d * d + 2 * 2 * B * T * S * d;
+    const double dec = dec_self + dec_cross + 2 * 2 * Nt * d * f;
+    ForwardFlops fl;
+    fl.encoder = double(enc_layers(a)) * enc;
+    fl.decoder = double(dec_layers(a)) * dec;
+    fl.out_proj = 2 * Nt * d * V;
+    fl.total = fl.encoder + fl.decoder + fl.out_proj;
+    return fl;
+}
+
+BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
+    o.validate();
+    const std::int64_t B = o.batch, S = o.src_len, T = o.tgt_len, V = o.vocab;
+    BenchTrainResult res;
+    res.name = o.name;
+    res.threads = num_threads();
+    res.config = {{"d_model", o.d_model},   {"heads", o.heads},         {"ffn", o.ffn},
+                  {"enc_layers", enc_layers(o)}, {"dec_layers", dec_layers(o)}, {"vocab", V},
+                  {"batch", B},             {"src_len", S},             {"tgt_len", T},
+                  {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings}};
+
+    Transformer model(model_config(o), o.seed);
+    res.params = model.parameter_count();
+    Adam adam(model.parameters(), AdamOptions{0.9, 0.98, 1e-9, 0});
+    Schedule schedule;
+    schedule.kind = ScheduleKind::Noam;
+    schedule.lr = 1.0;
+    schedule.warmup = o.warmup_steps;
+    schedule.d_model = o.d_model;
+    Rng batch_rng(o.seed ^ 0xBA7C4ULL);
+    std::vector<Batch> batches;
+    for (int i = 0; i < kBatches; ++i) batches.push_back(make_batch(batch_rng, B, S, T, V, o.min_len_frac));
+    const ForwardFlops fl = forward_flops(o);
+    res.fwd_gflop_per_step = fl.total / 1e9;
+    res.train_gflop_per_step = 3 * fl.total / 1e9;
+    res.rss_after_model_mb = peak_rss_mb();
+
+    if (log) {
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "tapeformer, threads %d; BLAS %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
+                      "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (enc %.3f, dec %.3f, out %.3f); train ~3x = %.3f\n",
+                      res.threads, blas_info(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
+                      (long long)enc_layers(o), (long long)dec_layers(o), (long long)V, (long long)res.params, (long long)B,
+                      (long long)S, (long long)T, fl.total / 1e9, fl.encoder / 1e9, fl.decoder / 1e9, fl.out_proj / 1e9,
+                      3 * fl.total / 1e9);
+        *log << buf << std::flush;
+    }
+
+    // One training step; phase times are added to `phase` when given. Returns the loss.
+    std::int64_t step_no = 0;
+    Rng dropout_rng(o.seed ^ 0xD50F7ULL);
+    const ParamList& params = adam.params();
+    auto train_step = [&](const Batch& b, std::map<std::string, double>* phase,
+                          std::map<std::string, double>* ms_by_op) {
+        ++step_no;
+        const double lr = schedule.lr_at(step_no);
+        auto t0 = Clock::now();
+        Tensor logits = model.forward(b.src, B, S, b.dec_in, T, Pass{&dropout_rng});  // (B, T, V)
+        LossReport report;
+        Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report);
+        logits = Tensor();  // the tape holds what backward needs
+        const double t_fwd = ms_since(t0);
+        t0 = Clock::now();
+        if (ms_by_op) timed_backward(loss, *ms_by_op);
+        else backward(loss);
+        const double t_bwd = ms_since(t0);
+        t0 = Clock::now();
+        if (o.clip > 0) clip_grad_norm(params, o.clip);
+        const double t_clip = ms_since(t0);
+        t0 = Clock::now();
+        adam.step(lr);
+        adam.zero_grad();
+        const double t_optim = ms_since(t0);
+        if (phase) {
+            (*phase)["fwd"] += t_fwd;
+            (*phase)["bwd"] += t_bwd;
+            (*phase)["clip"] += t_clip;
+            (*phase)["optim"] += t_optim;
+        }
+        return report.loss;
+    };
+
+    if (o.steps > 0) {
+        for (std::int64_t i = 0; i < o.bench_warmup; ++i) train_step(batches[i % kBatches], nullptr, nullptr);
+        std::vector<double> times;
+        std::map<std::string, double> phase{{"fwd", 0}, {"bwd", 0}, {"clip", 0}, {"optim", 0}};
+        std::int64_t nonpad_src = 0, nonpad_tgt = 0;
+        for (std::int64_t i = 0; i < o.steps; ++i) {
+            const Batch& b = batches[i % kBatches];
+            const auto t0 = Clock::now();
+            const double loss = train_step(b, &phase, nullptr);
+            times.push_back(ms_since(t0) / 1000.0);
+            if (i == 0) res.loss_first = loss;
+            res.loss_last = loss;
+            nonpad_tgt += b.tgt_nonpad;
+            nonpad_src += b.src_nonpad;
+        }
+        double total = 0;
+        for (double t : times) total += t;
+        std::vector<double> sorted = times;
+        std::sort(sorted.begin(), sorted.end());
+        const double steps = double(o.steps);
+        res.steps = o.steps;
+        res.ms_per_step = 1000 * total / steps;
+        res.ms_per_step_median = 1000 * sorted[sorted.size() / 2];
+        res.ms_per_step_min = 1000 * sorted.front();
+        res.tgt_tokens_per_s = double(B * T) * steps / total;
+        res.src_tgt_tokens_per_s = double(B * (S + T)) * steps / total;
+        res.tgt_nonpad_tokens_per_s = double(nonpad_tgt) / total;
+        res.src_tgt_nonpad_tokens_per_s = double(nonpad_src + nonpad_tgt) / total;
+        res.achieved_gflop_s = res.train_gflop_per_step / (total / steps);
+        for (auto& [k, v] : phase) res.phase_ms[k] = v / steps;
+        if (log) {
+            char buf[512];
+            std::snprintf(buf, sizeof buf,
+                          "train: %.1f ms/step (median %.1f, min %.1f); %.0f tgt tok/s, %.0f src+tgt tok/s; %.1f GFLOP/s; "
+                          "phases ms: fwd %.1f, bwd %.1f, clip %.1f, optim %.1f; loss %.3f -> %.3f\n",
+                          res.ms_per_step, res.ms_per_step_median, res.ms_per_step_min, res.tgt_tokens_per_s,
+                          res.src_tgt_tokens_per_s, res.achieved_gflop_s, res.phase_ms["fwd"], res.phase_ms["bwd"],
+                          res.phase_ms["clip"], res.phase_ms["optim"], res.loss_first, res.loss_last);
+            *log << buf << std::flush;
+        }
+    }
+
+    if (o.eval_greedy) {
+        // torch_ref.py: greedy decoding of the first batch's sources for exactly T steps, no early stop.
+        DecodeOptions dopt;
+        dopt.beam = 1;
+        dopt.force_steps = int(T);
+        const Batch& b = batches[0];
+        translate_batch(model, b.src, B, S, dopt);  // untimed
+        std::vector<double> times;
+        for (std::int64_t r = 0; r < o.eval_reps; ++r) {
+            const auto t0 = Clock::now();
+            translate_batch(model, b.src, B, S, dopt);
+            times.push_back(ms_since(t0) / 1000.0);
+        }
+        double total = 0;
+        for (double t : times) total += t;
+        const double mean = total / double(times.size()), best = *std::min_element(times.begin(), times.end());
+        res.has_greedy = true;
+        res.greedy_ms_per_batch = 1000 * mean;
+        res.greedy_ms_per_batch_best = 1000 * best;
+        res.greedy_tokens_per_s = double(B * T) / mean;
+        res.greedy_tokens_per_s_best = double(B * T) / best;
+        if (log) {
+            char buf[256];
+            std::snprintf(buf, sizeof buf, "greedy: batch %lld, %lld steps: %.1f ms/batch (best %.1f); %.0f tok/s\n",
+                          (long long)B, (long long)T, res.greedy_ms_per_batch, res.greedy_ms_per_batch_best,
+                          res.greedy_tokens_per_s);
+            *log << buf << std::flush;
+        }
+    }
+
+    if (o.profile > 0) {
+        std::map<std::string, double> phase, by_op;
+        for (std::int64_t i = 0; i < o.profile; ++i) train_step(batches[i % kBatches], &phase, &by_op);
+        double sum = 0;
+        for (auto& [op, ms] : by_op) sum += (res.backward_ms_by_op[op] = ms / double(o.profile));
+        if (log) {
+            std::vector<std::pair<double, std::string>> rows;
+            for (auto& [op, ms] : res.backward_ms_by_op) rows.push_back({ms, op});
+            std::sort(rows.rbegin(), rows.rend());
+            char buf[256];
+            std::snprintf(buf, sizeof buf, "profile over %lld steps (ms/step): fwd %.1f, bwd %.1f (per op below), clip %.1f, optim %.1f\n",
+                          (long long)o.profile, phase["fwd"] / double(o.profile), phase["bwd"] / double(o.profile),
+                          phase["clip"] / double(o.profile), phase["optim"] / double(o.profile));
+            *log << buf;
+            for (auto& [ms, op] : rows) {
+                std::snprintf(buf, sizeof buf, "  backward %-16s %8.2f ms  %5.1f%%\n", op.c_str(), ms, 100 * ms / std::max(sum, 1e-12));
+                *log << buf;
+            }
+            *log << std::flush;
+        }
+    }
+    res.peak_rss_mb = peak_rss_mb();
+    return res;
+}
+
+nlohmann::json BenchTrainResult::to_json() const {
+    nlohmann::json j = {{"name", name},
+                        {"impl", "tapeformer"},
+                        {"threads", threads},
+                        {"blas", blas_info()},
+                        {"config", config},
+                        {"params", params},
+                        {"fwd_gflop_per_step", fwd_gflop_per_step},
+                        {"train_gflop_per_step", train_gflop_per_step}};
+    if (steps > 0) {
+        j["steps"] = steps;
+        j["ms_per_step"] = ms_per_step;
+        j["ms_per_step_median"] = ms_per_step_median;
+        j["ms_per_step_min"] = ms_per_step_min;
+        j["tgt_tokens_per_s"] = tgt_tokens_per_s;
+        j["src_tgt_tokens_per_s"] = src_tgt_tokens_per_s;
+        j["tgt_nonpad_tokens_per_s"] = tgt_nonpad_tokens_per_s;
+        j["src_tgt_nonpad_tokens_per_s"] = src_tgt_nonpad_tokens_per_s;
+        j["achieved_gflop_s"] = achieved_gflop_s;
+        j["phase_ms"] = phase_ms;
+        j["loss_first"] = loss_first;
+        j["loss_last"] = loss_last;
+    }
+    if (has_greedy) {
+        j["greedy_ms_per_batch"] = greedy_ms_per_batch;
+        j["greedy_ms_per_batch_best"] = greedy_ms_per_batch_best;
+        j["greedy_tokens_per_s"] = greedy_tokens_per_s;
+        j["greedy_tokens_per_s_best"] = greedy_tokens_per_s_best;
+        j["greedy_note"] = "key/value cache: one new position per step; fixed T steps, no early stop";
+    }
+    if (!backward_ms_by_op.empty()) j["profile_backward_ms_by_op"] = backward_ms_by_op;
+    j["peak_rss_mb"] = peak_rss_mb;
+    j["rss_after_model_mb"] = rss_after_model_mb;
+    return j;
+}
+
+TF_NAMESPACE_END
