@@ -6,9 +6,15 @@
 
 #include <thread>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
 extern "C" {
 void openblas_set_num_threads(int);
 char* openblas_get_config(void);
+char* openblas_get_corename(void);
 }
 
 TF_NAMESPACE_BEGIN
@@ -63,5 +69,15 @@ void set_threads(int n) {
 int num_threads() { return omp_get_max_threads(); }
 
 const char* blas_info() { return openblas_get_config(); }
+
+const char* blas_core() { return openblas_get_corename(); }
+
+void use_best_blas_kernels(char** argv) {
+    if (std::getenv("OPENBLAS_CORETYPE") || std::strcmp(openblas_get_corename(), "Prescott") != 0) return;
+    const char* core = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+    if (!core) return;
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    execv("/proc/self/exe", argv);  // only returns on failure: carry on with the slow kernels
+}
 
 TF_NAMESPACE_END

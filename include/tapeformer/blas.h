@@ -21,5 +21,13 @@ void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, 
 void set_threads(int n);   // n <= 0: all cores
 int num_threads();
 const char* blas_info();   // OpenBLAS's configuration string (core, threading)
+const char* blas_core();   // the kernel family OpenBLAS picked for this CPU ("SkylakeX", "Haswell", ...)
+
+// OpenBLAS 0.3.21 does not recognise some newer CPUs (e.g. Sapphire Rapids Xeons) and falls back to its
+// generic "Prescott" SSE3 kernels, 2.5–3× slower here. The choice is made when the library loads, from
+// OPENBLAS_CORETYPE, so the fix is to set it and start the program again: when OpenBLAS picked Prescott
+// on a CPU with AVX-512 (or AVX2) and OPENBLAS_CORETYPE is unset, this sets it to SkylakeX (Haswell) and
+// re-executes argv. Returns normally when nothing needs doing (or the re-exec fails).
+void use_best_blas_kernels(char** argv);
 
 TF_NAMESPACE_END

@@ -121,21 +121,21 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--tokenizer", (*strings)["tokenizer"], "word (whitespace), bpe or unigram (SentencePiece)")
         ->check(CLI::IsMember({"word", "bpe", "unigram"}))->capture_default_str()->group(data);
     cmd->add_option("--vocab-size", c->data.vocab_size, "Vocabulary entries (SentencePiece: exact; word: at most, 0 = all)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(data);
+        ->check(number_above(0, false))->capture_default_str()->group(data);
     cmd->add_flag("--joint-vocab,!--separate-vocab", c->data.joint_vocab, "One vocabulary for both languages (default)")->group(data);
     cmd->add_option("--max-len", c->data.max_len, "Drop training pairs with more tokens than this on either side")
-        ->check(CLI::PositiveNumber)->capture_default_str()->group(data);
+        ->check(number_above(0, true))->capture_default_str()->group(data);
     cmd->add_option("--batch-tokens", c->data.batch_tokens, "Padded tokens per batch: sentences x max(S, T)")
-        ->check(CLI::PositiveNumber)->capture_default_str()->group(data);
+        ->check(number_above(0, true))->capture_default_str()->group(data);
 
     auto model = "Model";
-    cmd->add_option("--d-model", c->model.d_model, "Model width C")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+    cmd->add_option("--d-model", c->model.d_model, "Model width C")->check(number_above(0, true))->capture_default_str()->group(model);
     cmd->add_option("--heads", c->model.heads, "Attention heads H (d-model must be divisible by it)")
-        ->check(CLI::PositiveNumber)->capture_default_str()->group(model);
-    cmd->add_option("--ffn", c->model.ffn, "Feed-forward inner width F")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
-    cmd->add_option("--layers", *layers, "Encoder and decoder layers (sets both)")->check(CLI::PositiveNumber)->group(model);
-    cmd->add_option("--enc-layers", c->model.enc_layers, "Encoder layers")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
-    cmd->add_option("--dec-layers", c->model.dec_layers, "Decoder layers")->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+        ->check(number_above(0, true))->capture_default_str()->group(model);
+    cmd->add_option("--ffn", c->model.ffn, "Feed-forward inner width F")->check(number_above(0, true))->capture_default_str()->group(model);
+    cmd->add_option("--layers", *layers, "Encoder and decoder layers (sets both)")->check(number_above(0, true))->group(model);
+    cmd->add_option("--enc-layers", c->model.enc_layers, "Encoder layers")->check(number_above(0, true))->capture_default_str()->group(model);
+    cmd->add_option("--dec-layers", c->model.dec_layers, "Decoder layers")->check(number_above(0, true))->capture_default_str()->group(model);
     cmd->add_option("--dropout", c->model.dropout, "Dropout on embeddings and sublayer outputs")
         ->check(CLI::Range(0.0, 0.99))->capture_default_str()->group(model);
     cmd->add_option("--attention-dropout", c->model.attention_dropout, "Dropout on attention weights (default: --dropout)")
@@ -151,48 +151,48 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--positional", (*strings)["positional"], "Positional encoding: sinusoidal or learned")
         ->check(CLI::IsMember({"sinusoidal", "learned"}))->capture_default_str()->group(model);
     cmd->add_option("--max-positions", c->model.max_len, "Longest sequence the positional table covers")
-        ->check(CLI::PositiveNumber)->capture_default_str()->group(model);
+        ->check(number_above(0, true))->capture_default_str()->group(model);
 
     auto opt = "Optimisation";
     cmd->add_option("--optimizer", c->optim.optimizer, "adam, adamw or sgd")
         ->check(CLI::IsMember({"adam", "adamw", "sgd"}))->capture_default_str()->group(opt);
     cmd->add_option("--lr", c->optim.schedule.lr, "Learning rate (for noam: the factor in front of d_model^-0.5)")
-        ->check(CLI::PositiveNumber)->capture_default_str()->group(opt);
+        ->check(number_above(0, true))->capture_default_str()->group(opt);
     cmd->add_option("--schedule", (*strings)["schedule"], "noam, inverse_sqrt, cosine, linear or constant")
         ->check(CLI::IsMember({"noam", "inverse_sqrt", "cosine", "linear", "constant"}))->capture_default_str()->group(opt);
-    cmd->add_option("--warmup", c->optim.schedule.warmup, "Warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str()->group(opt);
+    cmd->add_option("--warmup", c->optim.schedule.warmup, "Warmup steps")->check(number_above(0, false))->capture_default_str()->group(opt);
     cmd->add_option("--total-steps", c->optim.schedule.total_steps, "Steps over which cosine/linear decay (default: --max-steps)")
-        ->check(CLI::NonNegativeNumber)->group(opt);
-    cmd->add_option("--min-lr", c->optim.schedule.min_lr, "Floor of cosine/linear decay")->check(CLI::NonNegativeNumber)->group(opt);
+        ->check(number_above(0, false))->group(opt);
+    cmd->add_option("--min-lr", c->optim.schedule.min_lr, "Floor of cosine/linear decay")->check(number_above(0, false))->group(opt);
     cmd->add_option("--beta1", c->optim.beta1, "Adam beta1")->check(CLI::Range(0.0, 0.999999))->capture_default_str()->group(opt);
     cmd->add_option("--beta2", c->optim.beta2, "Adam beta2")->check(CLI::Range(0.0, 0.999999))->capture_default_str()->group(opt);
-    cmd->add_option("--adam-eps", c->optim.eps, "Adam epsilon")->check(CLI::PositiveNumber)->capture_default_str()->group(opt);
+    cmd->add_option("--adam-eps", c->optim.eps, "Adam epsilon")->check(number_above(0, true))->capture_default_str()->group(opt);
     cmd->add_option("--weight-decay", c->optim.weight_decay, "Weight decay (L2 for adam/sgd, decoupled for adamw)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(opt);
+        ->check(number_above(0, false))->capture_default_str()->group(opt);
     cmd->add_option("--momentum", c->optim.momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999999))->group(opt);
     cmd->add_option("--clip", c->optim.clip, "Clip the global gradient norm to this (0 = off)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(opt);
+        ->check(number_above(0, false))->capture_default_str()->group(opt);
     cmd->add_option("--label-smoothing", c->optim.label_smoothing, "Label smoothing epsilon")
         ->check(CLI::Range(0.0, 0.99))->capture_default_str()->group(opt);
 
     auto run = "Run";
     cmd->add_option("--out", c->out_dir, "Model directory to write (checkpoints, logs, the model)")->group(run);
     cmd->add_option("--seed", c->seed, "Seed for initialisation, dropout, batch order")->capture_default_str()->group(run);
-    cmd->add_option("--max-steps", c->max_steps, "Stop after this many updates")->check(CLI::NonNegativeNumber)->group(run);
-    cmd->add_option("--epochs", c->epochs, "Stop after this many passes over the data")->check(CLI::NonNegativeNumber)->group(run);
+    cmd->add_option("--max-steps", c->max_steps, "Stop after this many updates")->check(number_above(0, false))->group(run);
+    cmd->add_option("--epochs", c->epochs, "Stop after this many passes over the data")->check(number_above(0, false))->group(run);
     cmd->add_option("--time-budget", c->time_budget_minutes, "Stop after this many minutes of training (validation not counted)")
-        ->check(CLI::NonNegativeNumber)->group(run);
+        ->check(number_above(0, false))->group(run);
     cmd->add_option("--log-every", c->log_every, "Steps between log lines and metrics.jsonl entries")
-        ->check(CLI::PositiveNumber)->capture_default_str()->group(run);
+        ->check(number_above(0, true))->capture_default_str()->group(run);
     cmd->add_option("--valid-every", c->valid_every, "Steps between validations (0 = at the end of each epoch)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str()->group(run);
+        ->check(number_above(0, false))->capture_default_str()->group(run);
     cmd->add_option("--checkpoint-every", c->checkpoint_every, "Steps between checkpoints")
-        ->check(CLI::PositiveNumber)->capture_default_str()->group(run);
-    cmd->add_option("--keep", c->keep, "Step checkpoints to keep")->check(CLI::PositiveNumber)->capture_default_str()->group(run);
+        ->check(number_above(0, true))->capture_default_str()->group(run);
+    cmd->add_option("--keep", c->keep, "Step checkpoints to keep")->check(number_above(0, true))->capture_default_str()->group(run);
     cmd->add_flag("--valid-bleu,!--no-valid-bleu", c->valid_bleu, "Decode the validation set (greedy) and pick the best model by BLEU")
         ->group(run);
     cmd->add_option("--valid-bleu-sentences", c->valid_bleu_sentences, "Decode only the first N validation sentences (0 = all)")
-        ->check(CLI::NonNegativeNumber)->group(run);
+        ->check(number_above(0, false))->group(run);
     cmd->add_flag("--resume", c->resume, "Continue the run in --out from its last checkpoint")->group(run);
     cmd->add_flag("--force", c->force, "Start over in an --out that holds another run (deletes its checkpoints)")->group(run);
     cmd->add_flag("--check-nan", c->check_nan, "On a non-finite loss or gradient, name the first op that produced it")->group(run);
