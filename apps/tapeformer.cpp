@@ -8,7 +8,7 @@
 #include "tapeformer/cli/commands.h"
 
 int main(int argc, char** argv) {
-    tf::use_best_blas_kernels(argv);  // may restart the program once with OPENBLAS_CORETYPE set
+    tf::configure_runtime(argv);  // may restart the program once with OMP_WAIT_POLICY / OPENBLAS_CORETYPE set
     CLI::App app{"tapeformer: train, inspect and run small encoder-decoder Transformers on the CPU"};
     app.require_subcommand(1);
     app.fallthrough();

@@ -72,12 +72,20 @@ const char* blas_info() { return openblas_get_config(); }
 
 const char* blas_core() { return openblas_get_corename(); }
 
-void use_best_blas_kernels(char** argv) {
-    if (std::getenv("OPENBLAS_CORETYPE") || std::strcmp(openblas_get_corename(), "Prescott") != 0) return;
-    const char* core = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
-    if (!core) return;
-    setenv("OPENBLAS_CORETYPE", core, 1);
-    execv("/proc/self/exe", argv);  // only returns on failure: carry on with the slow kernels
+void configure_runtime(char** argv) {
+    bool changed = false;
+    if (!std::getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        changed = true;
+    }
+    if (!std::getenv("OPENBLAS_CORETYPE") && std::strcmp(openblas_get_corename(), "Prescott") == 0) {
+        const char* core = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+        if (core) {
+            setenv("OPENBLAS_CORETYPE", core, 1);
+            changed = true;
+        }
+    }
+    if (changed) execv("/proc/self/exe", argv);  // only returns on failure: carry on as we are
 }
 
 TF_NAMESPACE_END

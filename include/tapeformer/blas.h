@@ -23,11 +23,15 @@ int num_threads();
 const char* blas_info();   // OpenBLAS's configuration string (core, threading)
 const char* blas_core();   // the kernel family OpenBLAS picked for this CPU ("SkylakeX", "Haswell", ...)
 
-// OpenBLAS 0.3.21 does not recognise some newer CPUs (e.g. Sapphire Rapids Xeons) and falls back to its
-// generic "Prescott" SSE3 kernels, 2.5–3× slower here. The choice is made when the library loads, from
-// OPENBLAS_CORETYPE, so the fix is to set it and start the program again: when OpenBLAS picked Prescott
-// on a CPU with AVX-512 (or AVX2) and OPENBLAS_CORETYPE is unset, this sets it to SkylakeX (Haswell) and
-// re-executes argv. Returns normally when nothing needs doing (or the re-exec fails).
-void use_best_blas_kernels(char** argv);
+// Two settings that OpenMP and OpenBLAS read only when the program loads, so they are fixed by setting
+// the environment and starting the program again (once; an explicit setting by the user is kept):
+// - OMP_WAIT_POLICY=passive: by default idle OpenMP threads spin, which on a busy machine (more runnable
+//   threads than cores) made 2-thread training 15-20x slower than passive waiting (604 vs 11,767 target
+//   tokens/s on the toy preset at load 8); on an idle machine passive costs a few microseconds per region.
+// - OPENBLAS_CORETYPE: OpenBLAS 0.3.21 does not recognise some newer CPUs (e.g. Sapphire Rapids Xeons)
+//   and falls back to its generic "Prescott" SSE3 kernels, 2.5-3x slower; with AVX-512 (AVX2) we ask
+//   for SkylakeX (Haswell).
+// Returns normally when nothing needs doing or the re-exec fails.
+void configure_runtime(char** argv);
 
 TF_NAMESPACE_END
