@@ -39,7 +39,8 @@ void TrainConfig::validate() const {
         fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
     if (data.valid_src.empty() != data.valid_tgt.empty())
         fail("train: give both --valid-src and --valid-tgt, or neither");
-    if (max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
+    // A resumed run keeps the stopping rules in its run.json unless this call gives new ones.
+    if (!resume && max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
         fail("train: say when to stop: --max-steps, --epochs or --time-budget");
     if (max_steps < 0 || epochs < 0 || time_budget_minutes < 0) fail("train: stopping settings must not be negative");
     if (data.max_len < 1) fail("train: --max-len must be at least 1, got " + std::to_string(data.max_len));

@@ -1,0 +1,819 @@
+// The training loop end to end, on tiny models and a few hundred lines of the toy corpus: exact resume,
+// refusing to overwrite a run, bad input (one readable line each), a loss that blows up, SIGTERM/SIGINT,
+// checkpoint rotation, the config.toml round trip and the shape of metrics.jsonl. Each case trains for a
+// handful of steps, single-threaded so that runs are bit-reproducible; every run writes to its own
+// temporary directory, removed at the end.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tapeformer/blas.h"
+#include "tapeformer/checkpoint.h"
+#include "tapeformer/safetensors.h"
+#include "tapeformer/train.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+struct TrainTempDir {
+    fs::path path;
+    TrainTempDir() {
+        std::string tmpl = (fs::temp_directory_path() / "tf_train_XXXXXX").string();
+        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+        path = tmpl;
+    }
+    ~TrainTempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// train() sets the global thread count; put back what the rest of the test binary had.
+struct ThreadsGuard {
+    int before = tf::num_threads();
+    ~ThreadsGuard() { tf::set_threads(before); }
+};
+
+std::string read_all(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void write_all(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    REQUIRE(out.good());
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+}
+
+// The first `n` lines of data/toy/<name>.
+std::vector<std::string> toy_lines(const std::string& name, std::size_t n) {
+    const auto all = split_lines(read_all(std::string(TF_SOURCE_DIR) + "/data/toy/" + name));
+    REQUIRE(all.size() >= n);
+    return {all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
+// A small parallel corpus in a temp dir: the first lines of the toy training and validation sets.
+struct Corpus {
+    TrainTempDir tmp;
+    std::string train_src = tmp / "train.src", train_tgt = tmp / "train.tgt";
+    std::string valid_src = tmp / "valid.src", valid_tgt = tmp / "valid.tgt";
+    explicit Corpus(std::size_t train_lines = 150, std::size_t valid_lines = 40) {
+        write_all(train_src, join_lines(toy_lines("train.src", train_lines)));
+        write_all(train_tgt, join_lines(toy_lines("train.tgt", train_lines)));
+        write_all(valid_src, join_lines(toy_lines("valid.src", valid_lines)));
+        write_all(valid_tgt, join_lines(toy_lines("valid.tgt", valid_lines)));
+    }
+};
+
+// A model small enough to train a step in milliseconds; dropout on, so that resuming must also restore
+// the dropout generator. No validation data unless a test adds it.
+tf::TrainConfig tiny_config(const Corpus& corpus, const std::string& out_dir) {
+    tf::TrainConfig c;
+    c.data.train_src = corpus.train_src;
+    c.data.train_tgt = corpus.train_tgt;
+    c.data.tokenizer = tf::TokenizerKind::word;
+    c.data.vocab_size = 0;
+    c.data.max_len = 40;
+    c.data.batch_tokens = 400;
+    c.model.d_model = 16;
+    c.model.heads = 2;
+    c.model.ffn = 32;
+    c.model.enc_layers = c.model.dec_layers = 1;
+    c.model.dropout = c.model.attention_dropout = c.model.activation_dropout = 0.1;
+    c.model.max_len = 64;
+    c.optim.schedule.kind = tf::ScheduleKind::Noam;
+    c.optim.schedule.lr = 2.0;
+    c.optim.schedule.warmup = 4;
+    c.out_dir = out_dir;
+    c.seed = 5;
+    c.threads = 1;
+    c.max_steps = 4;
+    c.log_every = 1;
+    c.valid_every = 0;
+    c.checkpoint_every = 1000;
+    c.keep = 3;
+    c.valid_bleu = false;
+    return c;
+}
+
+// Runs train() with its log captured; returns the log.
+std::string train_quietly(const tf::TrainConfig& c, tf::TrainResult* result = nullptr) {
+    ThreadsGuard threads;
+    std::ostringstream log;
+    tf::TrainResult r = tf::train(c, log, /*progress_bar=*/false);
+    if (result) *result = r;
+    return log.str();
+}
+
+// The message train() throws, or "" when it returns.
+std::string train_error(const tf::TrainConfig& c) {
+    ThreadsGuard threads;
+    std::ostringstream log;
+    try {
+        tf::train(c, log, false);
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+std::vector<json> read_metrics(const std::string& dir) {
+    std::vector<json> out;
+    for (const auto& line : split_lines(read_all(dir + "/metrics.jsonl"))) out.push_back(json::parse(line));
+    return out;
+}
+
+std::vector<json> of_type(const std::vector<json>& metrics, const std::string& type) {
+    std::vector<json> out;
+    for (const auto& m : metrics)
+        if (m.at("type") == type) out.push_back(m);
+    return out;
+}
+
+json read_state(const std::string& dir) { return json::parse(read_all(dir + "/state.json")); }
+
+std::string checkpoint_name(std::int64_t step) {
+    char name[64];
+    std::snprintf(name, sizeof name, "checkpoints/step-%08lld.safetensors", static_cast<long long>(step));
+    return name;
+}
+
+// ---- the executable --------------------------------------------------------------------------------------
+
+std::string shell_quote(const std::string& s) {
+    std::string q = "'";
+    for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+}
+
+struct CliRun {
+    int status = -1;  // exit status; -1 when it did not exit normally
+    std::string err;
+    std::vector<std::string> err_lines() const { return split_lines(err); }
+    std::string last_err_line() const {
+        const auto lines = err_lines();
+        return lines.empty() ? "" : lines.back();
+    }
+};
+
+// `tapeformer --threads 1 train <args>` (args already quoted), stdout discarded, stderr captured.
+CliRun run_train(const TrainTempDir& scratch, const std::string& args) {
+    const std::string err = scratch / "cli.stderr";
+    const std::string command =
+        shell_quote(TF_CLI) + " --threads 1 train " + args + " </dev/null >/dev/null 2>" + shell_quote(err);
+    const int raw = std::system(command.c_str());
+    CliRun r;
+    r.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;
+    r.err = read_all(err);
+    return r;
+}
+
+// The usual flags of a tiny CLI run on `corpus` into `out` (no stopping rule: callers add it).
+std::string tiny_flags(const Corpus& corpus, const std::string& out,
+                       const std::string& width = "--d-model 16 --heads 2") {
+    return "--train-src " + shell_quote(corpus.train_src) + " --train-tgt " + shell_quote(corpus.train_tgt) + " " +
+           width + " --tokenizer word --vocab-size 0 --ffn 32 --layers 1 --batch-tokens 400"
+           " --max-len 40 --warmup 4 --lr 2 --log-every 1 --no-valid-bleu --out " +
+           shell_quote(out);
+}
+
+// A refused run: non-zero exit and exactly one line on stderr, "tapeformer: ..." containing `what`.
+void check_refused(const CliRun& r, const std::string& what) {
+    INFO("stderr: " << r.err);
+    CHECK(r.status > 0);
+    CHECK(r.err_lines().size() == 1);
+    CHECK(r.err.rfind("tapeformer: ", 0) == 0);
+    CHECK_THAT(r.err, Catch::Contains(what));
+}
+
+// A run that failed after it started logging: non-zero exit, the last stderr line is the error.
+void check_failed_late(const CliRun& r, const std::string& what) {
+    INFO("stderr: " << r.err);
+    CHECK(r.status > 0);
+    CHECK(r.last_err_line().rfind("tapeformer: error: ", 0) == 0);
+    CHECK_THAT(r.last_err_line(), Catch::Contains(what));
+}
+
+// A child `tapeformer` process, killed and reaped at scope exit if a test gave up on it.
+struct Child {
+    pid_t pid = -1;
+    Child(const std::vector<std::string>& args, const std::string& stderr_path) {
+        std::vector<char*> argv;
+        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        pid = ::fork();
+        if (pid < 0) throw std::runtime_error("fork failed");
+        if (pid == 0) {  // only async-signal-safe calls until exec
+            const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            const int null = ::open("/dev/null", O_RDWR);
+            if (err < 0 || null < 0) ::_exit(127);
+            ::dup2(null, 0);
+            ::dup2(null, 1);
+            ::dup2(err, 2);
+            sigset_t none;
+            sigemptyset(&none);
+            ::sigprocmask(SIG_SETMASK, &none, nullptr);
+            ::signal(SIGINT, SIG_DFL);
+            ::signal(SIGTERM, SIG_DFL);
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+    }
+    // The exit status, or -1 (and the child killed) when it has not exited within `timeout`.
+    int wait_exit(std::chrono::seconds timeout) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (std::chrono::steady_clock::now() < deadline) {
+            int status = 0;
+            if (::waitpid(pid, &status, WNOHANG) == pid) {
+                pid = -1;
+                return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return -1;
+    }
+    ~Child() {
+        if (pid > 0) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+        }
+    }
+};
+
+}  // namespace
+
+// ---- 1. exact resume -------------------------------------------------------------------------------------
+
+TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for bit", "[train]") {
+    // valid_every 0: no validation data; 2: validations at the same steps in both runs (the split run's
+    // final validation at step 4 is the scheduled one); 3: the split run validates at step 4 only, which
+    // must not change training (but may change which weights are the best).
+    const int valid_every = GENERATE(0, 2, 3);
+    INFO("valid_every " << valid_every);
+    Corpus corpus(180, 20);  // 6 batches per epoch: step 4 is inside the first epoch, step 8 in the second
+    TrainTempDir tmp;
+    const std::string straight = tmp / "straight", split = tmp / "split";
+
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    if (valid_every) {
+        c.data.valid_src = corpus.valid_src;
+        c.data.valid_tgt = corpus.valid_tgt;
+        c.valid_every = valid_every;
+        c.valid_bleu = true;
+        c.valid_bleu_sentences = 3;
+    }
+    c.max_steps = 8;
+    train_quietly(c);
+
+    c.out_dir = split;
+    c.max_steps = 4;
+    train_quietly(c);
+    CHECK(read_state(split).at("step") == 4);
+    const auto stop =
+        json::parse(tf::load_safetensors(split + "/" + checkpoint_name(4)).metadata.at("tapeformer.train_state"));
+    CHECK(stop.at("epoch") == 0);
+    CHECK(stop.at("batch_in_epoch") == 4);  // resuming must continue inside the epoch's batch order
+    tf::TrainConfig resume;  // settings come from the run's run.json; only out, resume and stopping here
+    resume.out_dir = split;
+    resume.resume = true;
+    resume.max_steps = 8;
+    resume.threads = 1;
+    tf::TrainResult result;
+    const std::string log = train_quietly(resume, &result);
+    CHECK_THAT(log, Catch::Contains("resuming from") && Catch::Contains("(step 4,"));
+    CHECK(result.steps == 8);
+
+    const auto a = of_type(read_metrics(straight), "train"), b = of_type(read_metrics(split), "train");
+    REQUIRE(a.size() == 8);
+    REQUIRE(b.size() == 8);
+    CHECK(a.back().at("epoch").get<int>() >= 2);  // the 8 steps cross an epoch boundary
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        INFO("step " << i + 1);
+        CHECK(b[i].at("step") == static_cast<int>(i + 1));
+        for (const char* key : {"step", "epoch", "loss", "nll", "ppl", "lr", "grad_norm"})
+            CHECK(a[i].at(key).get<double>() == b[i].at(key).get<double>());
+        CHECK(a[i].at("loss").dump() == b[i].at("loss").dump());  // the same decimal text, too
+    }
+
+    // The weights, and in the last checkpoint the optimizer's moments, are the same numbers.
+    const std::string last = read_state(straight).at("last");
+    CHECK(last == checkpoint_name(8));
+    CHECK(read_state(split).at("last") == last);
+    const tf::SafetensorsFile x = tf::load_safetensors(straight + "/" + last);
+    const tf::SafetensorsFile y = tf::load_safetensors(split + "/" + last);
+    REQUIRE(x.tensors.size() == y.tensors.size());
+    std::size_t optimizer_tensors = 0;
+    for (const auto& [name, entry] : x.tensors) {
+        INFO(name);
+        REQUIRE(y.tensors.count(name) == 1);
+        CHECK(entry.shape == y.tensors.at(name).shape);
+        CHECK(entry.values == y.tensors.at(name).values);
+        optimizer_tensors += name.rfind("optim.", 0) == 0;
+    }
+    CHECK(optimizer_tensors > 0);
+    if (valid_every != 3) {
+        // The same validations, so the same best model (the last weights without validation data).
+        CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+        const auto va = of_type(read_metrics(straight), "valid"), vb = of_type(read_metrics(split), "valid");
+        REQUIRE(va.size() == vb.size());
+        CHECK(va.size() == (valid_every ? 4u : 0u));
+        for (std::size_t i = 0; i < va.size(); ++i)
+            for (const char* key : {"step", "valid_loss", "valid_ppl", "valid_bleu", "best"})
+                CHECK(va[i].at(key) == vb[i].at(key));
+        CHECK(read_state(straight).at("best_step") == read_state(split).at("best_step"));
+    }
+}
+
+// ---- 2. refusing to overwrite ----------------------------------------------------------------------------
+
+TEST_CASE("train: a second run into the same --out is refused without --resume or --force", "[train]") {
+    Corpus corpus(100);
+    TrainTempDir tmp;
+    const std::string out = tmp / "run";
+    const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 2");
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const std::string weights = read_all(out + "/model.safetensors"), run_json = read_all(out + "/run.json");
+    const std::string metrics = read_all(out + "/metrics.jsonl"), state = read_all(out + "/state.json");
+    REQUIRE(!weights.empty());
+
+    const CliRun again = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3 --seed 9");
+    check_refused(again, "--resume");
+    CHECK_THAT(again.err, Catch::Contains("--force") && Catch::Contains(out));
+    CHECK((read_all(out + "/model.safetensors") == weights));
+    CHECK(read_all(out + "/run.json") == run_json);
+    CHECK(read_all(out + "/metrics.jsonl") == metrics);
+    CHECK(read_all(out + "/state.json") == state);
+
+    // --force starts over: a new run.json (seed 9), metrics of this run only, other weights.
+    const CliRun forced = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3 --seed 9 --force");
+    INFO(forced.err);
+    REQUIRE(forced.status == 0);
+    CHECK(json::parse(read_all(out + "/run.json")).at("seed") == 9);
+    const auto steps = of_type(read_metrics(out), "train");
+    REQUIRE(steps.size() == 3);
+    CHECK(steps.front().at("step") == 1);
+    CHECK((read_all(out + "/model.safetensors") != weights));
+    CHECK(read_state(out).at("kept") == json::array({checkpoint_name(3)}));
+    CHECK(!fs::exists(out + "/" + checkpoint_name(2)));
+}
+
+// ---- 3. bad input ----------------------------------------------------------------------------------------
+
+TEST_CASE("train: bad data files are one line on stderr naming the file", "[train]") {
+    Corpus corpus(50);
+    TrainTempDir tmp;
+    const std::string out = tmp / "run";
+    auto flags = [&](const std::string& src, const std::string& tgt) {
+        return "--train-src " + shell_quote(src) + " --train-tgt " + shell_quote(tgt) +
+               " --tokenizer word --d-model 16 --heads 2 --ffn 32 --layers 1 --batch-tokens 400 --max-len 40"
+               " --max-steps 2 --no-valid-bleu --out " + shell_quote(out);
+    };
+
+    SECTION("line counts differ: both files, both counts") {
+        auto tgt = toy_lines("train.tgt", 49);
+        write_all(tmp / "short.tgt", join_lines(tgt));
+        const CliRun r = run_train(tmp, flags(corpus.train_src, tmp / "short.tgt"));
+        check_refused(r, corpus.train_src);
+        CHECK_THAT(r.err, Catch::Contains(tmp / "short.tgt") && Catch::Contains("has 50 lines") &&
+                              Catch::Contains("has 49"));
+        // The library says the same.
+        tf::TrainConfig c = tiny_config(corpus, tmp / "lib");
+        c.data.train_tgt = tmp / "short.tgt";
+        const std::string e = train_error(c);
+        CHECK_THAT(e, Catch::Contains(corpus.train_src) && Catch::Contains(tmp / "short.tgt") &&
+                          Catch::Contains("has 50 lines") && Catch::Contains("has 49"));
+        CHECK(e.find('\n') == std::string::npos);
+    }
+    SECTION("a missing file") {
+        const CliRun r = run_train(tmp, flags(corpus.train_src, tmp / "nowhere.tgt"));
+        check_refused(r, tmp / "nowhere.tgt");
+    }
+    SECTION("invalid UTF-8: file and line") {
+        auto src = toy_lines("train.src", 50);
+        src[6] += " \xC3\x28 bad";
+        write_all(tmp / "bad.src", join_lines(src));
+        const CliRun r = run_train(tmp, flags(tmp / "bad.src", corpus.train_tgt));
+        check_refused(r, tmp / "bad.src:7:");
+        CHECK_THAT(r.err, Catch::Contains("UTF-8"));
+    }
+    CHECK(!fs::exists(out + "/model.safetensors"));
+    CHECK(!fs::exists(out + "/run.json"));
+}
+
+TEST_CASE("train: bad settings are one line on stderr naming the setting", "[train]") {
+    Corpus corpus(50);
+    TrainTempDir tmp;
+    const std::string base = tiny_flags(corpus, tmp / "run");
+
+    SECTION("an unknown preset") {
+        check_refused(run_train(tmp, base + " --max-steps 2 --preset nonesuch"), "nonesuch");
+    }
+    SECTION("an unknown flag") {
+        check_refused(run_train(tmp, base + " --max-steps 2 --warp-speed 9"), "--warp-speed");
+    }
+    SECTION("--dropout 1.5") {
+        const CliRun r = run_train(tmp, base + " --max-steps 2 --dropout 1.5");
+        check_refused(r, "--dropout");
+        CHECK_THAT(r.err, Catch::Contains("1.5"));
+    }
+    SECTION("--heads 3 with --d-model 32: both numbers") {
+        const CliRun r = run_train(tmp, tiny_flags(corpus, tmp / "run", "--d-model 32 --heads 3") + " --max-steps 2");
+        check_refused(r, "32");
+        CHECK_THAT(r.err, Catch::Contains("heads 3"));
+    }
+    SECTION("no stopping rule") {
+        check_refused(run_train(tmp, base), "--max-steps");
+        tf::TrainConfig c = tiny_config(corpus, tmp / "lib");
+        c.max_steps = 0;
+        CHECK_THAT(train_error(c), Catch::Contains("--max-steps") && Catch::Contains("--epochs"));
+    }
+    SECTION("--tie all with --separate-vocab") {
+        const CliRun r = run_train(tmp, base + " --max-steps 2 --tie all --separate-vocab");
+        check_refused(r, "--tie all");
+        CHECK_THAT(r.err, Catch::Contains("--joint-vocab"));
+    }
+    SECTION("--resume on an empty directory") {
+        fs::create_directories(tmp / "empty");
+        const CliRun r = run_train(tmp, "--resume --max-steps 2 --out " + shell_quote(tmp / "empty"));
+        check_refused(r, "run.json");
+        CHECK_THAT(r.err, Catch::Contains(tmp / "empty"));
+    }
+    CHECK(!fs::exists(tmp / "run/run.json"));
+}
+
+TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[train]") {
+    Corpus corpus(80);
+    TrainTempDir tmp;
+    const std::string out = tmp / "run";
+    const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3 --checkpoint-every 1 --keep 2");
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const std::string last = read_state(out).at("last");
+    REQUIRE(last == checkpoint_name(3));
+    const std::string path = out + "/" + last;
+    const std::string bytes = read_all(path);
+    const std::string resume = "--resume --max-steps 5 --out " + shell_quote(out);
+
+    SECTION("intact: a plain --resume continues to the run's own stopping rule (here: already reached)") {
+        const std::string metrics = read_all(out + "/metrics.jsonl");
+        const CliRun r = run_train(tmp, "--resume --out " + shell_quote(out));
+        INFO(r.err);
+        CHECK(r.status == 0);
+        CHECK_THAT(r.err, Catch::Contains("(step 3,") && Catch::Contains("stopped after 3 steps (max steps)"));
+        CHECK(read_all(out + "/metrics.jsonl") == metrics);
+        CHECK((read_all(path) == bytes));
+    }
+    SECTION("the last checkpoint cut short") {
+        write_all(path, bytes.substr(0, bytes.size() / 2));
+        check_failed_late(run_train(tmp, resume), path);
+    }
+    SECTION("a flipped byte in the last checkpoint: the checksum") {
+        std::string bad = bytes;
+        bad[bad.size() - 5] = static_cast<char>(bad[bad.size() - 5] ^ 0x10);
+        write_all(path, bad);
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path);
+        CHECK_THAT(r.last_err_line(), Catch::Contains("checksum"));
+    }
+    SECTION("run.json of another format version") {
+        std::string run_json = read_all(out + "/run.json");
+        const std::string key = "\"format\": " + std::to_string(tf::kCheckpointFormat);
+        const auto at = run_json.find(key);
+        REQUIRE(at != std::string::npos);
+        run_json.replace(at, key.size(), "\"format\": 99");
+        write_all(out + "/run.json", run_json);
+        const CliRun r = run_train(tmp, resume);
+        check_refused(r, out + "/run.json");
+        CHECK_THAT(r.err, Catch::Contains("format 99"));
+    }
+    // Nothing was trained on top of the run.
+    CHECK(read_state(out).at("step") == 3);
+    CHECK(of_type(read_metrics(out), "train").size() == 3);
+}
+
+TEST_CASE("train: empty pairs are skipped and over-long pairs filtered, both counted in the log", "[train]") {
+    TrainTempDir tmp;
+    Corpus corpus(60);
+    auto src = toy_lines("train.src", 60), tgt = toy_lines("train.tgt", 60);
+    src[3] = "";          // one side empty
+    src[10] = tgt[10] = "   ";  // both sides blank after trimming
+    std::string long_line;
+    for (int i = 0; i < 45; ++i) long_line += "the cat ";
+    src[20] = long_line;  // 90 tokens > --max-len 40
+    tgt[30] = long_line;
+    tgt[31] = long_line;
+    write_all(corpus.train_src, join_lines(src));
+    write_all(corpus.train_tgt, join_lines(tgt));
+
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.max_steps = 1;
+    const std::string log = train_quietly(c);
+    CHECK_THAT(log, Catch::Contains("kept 55 of 60 pairs (skipped 2 empty pairs, filtered 3 over-long pairs)"));
+
+    // The CLI prints the same summary on stderr.
+    const CliRun r = run_train(tmp, tiny_flags(corpus, tmp / "cli") + " --max-steps 1");
+    CHECK(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains("skipped 2 empty pairs") && Catch::Contains("filtered 3 over-long pairs"));
+}
+
+// ---- 4. non-finite loss ----------------------------------------------------------------------------------
+
+TEST_CASE("train: a loss that blows up stops training, names the step, and leaves the checkpoint usable",
+          "[train]") {
+    Corpus corpus(100);
+    TrainTempDir tmp;
+    const std::string out = tmp / "run";
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.optim.optimizer = "sgd";
+    c.optim.schedule.kind = tf::ScheduleKind::Constant;
+    c.optim.schedule.lr = 1e30;
+    c.optim.schedule.warmup = 0;
+    c.optim.clip = 0;
+    c.max_steps = 50;
+    c.checkpoint_every = 1;
+
+    const std::string error = train_error(c);
+    INFO(error);
+    REQUIRE_THAT(error, Catch::Contains("non-finite"));
+    const json state = read_state(out);
+    const std::int64_t saved = state.at("step");
+    REQUIRE(saved >= 1);
+    CHECK(saved < 50);
+    const std::string at_step = "at step " + std::to_string(saved + 1);
+    CHECK_THAT(error, Catch::Contains(at_step) && Catch::Contains("--check-nan"));
+    CHECK(error.find('\n') == std::string::npos);
+    CHECK(state.at("last") == checkpoint_name(saved));
+
+    // The checkpoint of the step before is intact: it loads into a model of the run's settings.
+    const std::string path = out + "/" + state.at("last").get<std::string>();
+    const tf::SafetensorsFile file = tf::load_safetensors(path);
+    tf::Transformer model(tf::ModelConfig::from_metadata(file.metadata));
+    tf::Sgd sgd(model.parameters(), tf::SgdOptions{});
+    CHECK(tf::load_training_checkpoint(path, model, sgd).step == saved);
+    CHECK_NOTHROW(tf::load_model_dir(out));
+
+    SECTION("--check-nan names the op") {
+        tf::TrainConfig d = c;
+        d.out_dir = tmp / "checked";
+        d.check_nan = true;
+        const std::string checked = train_error(d);
+        INFO(checked);
+        CHECK_THAT(checked, Catch::Contains(at_step));
+        CHECK((checked.find("produced by op #") != std::string::npos ||
+               checked.find("backward of op '") != std::string::npos));
+    }
+    SECTION("resuming from the checkpoint (with the run's own stopping rule) trains up to the same blow-up") {
+        tf::TrainConfig r;
+        r.out_dir = out;
+        r.resume = true;
+        r.threads = 1;
+        CHECK(train_error(r) == error);
+        CHECK(read_state(out).at("step") == saved);
+        CHECK(of_type(read_metrics(out), "train").size() == static_cast<std::size_t>(saved));
+    }
+}
+
+// ---- 5. SIGTERM / SIGINT ---------------------------------------------------------------------------------
+
+TEST_CASE("train: SIGTERM and SIGINT save a checkpoint, exit 130, and --resume continues", "[train]") {
+    const int sig = GENERATE(SIGTERM, SIGINT);
+    INFO("signal " << sig);
+    Corpus corpus(100);
+    TrainTempDir tmp;
+    const std::string out = tmp / "run", err = tmp / "child.stderr";
+    const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train",
+                                           "--train-src", corpus.train_src, "--train-tgt", corpus.train_tgt,
+                                           "--tokenizer", "word", "--d-model", "16", "--heads", "2", "--ffn", "32",
+                                           "--layers", "1", "--batch-tokens", "400", "--max-len", "40",
+                                           "--max-steps", "100000", "--log-every", "1", "--no-valid-bleu",
+                                           "--out", out};
+    Child child(args, err);
+
+    // Wait until it has trained two steps (the signal handlers are installed by then).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (split_lines(read_all(out + "/metrics.jsonl")).size() < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    REQUIRE(split_lines(read_all(out + "/metrics.jsonl")).size() >= 2);
+    REQUIRE(::kill(child.pid, sig) == 0);
+    const int status = child.wait_exit(std::chrono::seconds(60));
+    const std::string log = read_all(err);
+    INFO("stderr: " << log);
+    CHECK(status == 130);
+    CHECK_THAT(log, Catch::Contains("--resume"));
+
+    const json state = read_state(out);
+    const std::int64_t n = state.at("step");
+    CHECK(n >= 2);
+    CHECK(state.at("last") == checkpoint_name(n));
+    CHECK(fs::exists(out + "/" + checkpoint_name(n)));
+    CHECK_THAT(log, Catch::Contains("interrupted at step " + std::to_string(n)));
+    const auto before = of_type(read_metrics(out), "train");
+    REQUIRE(!before.empty());
+    CHECK(before.back().at("step") == n);
+
+    const CliRun resumed =
+        run_train(tmp, "--resume --max-steps " + std::to_string(n + 2) + " --out " + shell_quote(out));
+    INFO("resume stderr: " << resumed.err);
+    CHECK(resumed.status == 0);
+    CHECK_THAT(resumed.err, Catch::Contains("(step " + std::to_string(n) + ","));
+    const auto after = of_type(read_metrics(out), "train");
+    REQUIRE(after.size() == static_cast<std::size_t>(n + 2));
+    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].at("step") == static_cast<std::int64_t>(i + 1));
+    CHECK(read_state(out).at("step") == n + 2);
+}
+
+TEST_CASE("train: after SIGKILL, --resume continues from the last complete checkpoint", "[train]") {
+    Corpus corpus(100);
+    TrainTempDir tmp;
+    const std::string out = tmp / "run", err = tmp / "child.stderr";
+    const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train",
+                                           "--train-src", corpus.train_src, "--train-tgt", corpus.train_tgt,
+                                           "--tokenizer", "word", "--d-model", "16", "--heads", "2", "--ffn", "32",
+                                           "--layers", "1", "--batch-tokens", "400", "--max-len", "40",
+                                           "--max-steps", "100000", "--log-every", "1", "--checkpoint-every", "3",
+                                           "--no-valid-bleu", "--out", out};
+    Child child(args, err);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (split_lines(read_all(out + "/metrics.jsonl")).size() < 5 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    REQUIRE(split_lines(read_all(out + "/metrics.jsonl")).size() >= 5);
+    REQUIRE(::kill(child.pid, SIGKILL) == 0);
+    child.wait_exit(std::chrono::seconds(60));
+
+    // metrics.jsonl may run ahead of the last checkpoint; resuming rewinds it to the checkpoint's step.
+    const std::int64_t c = read_state(out).at("step");
+    CHECK(c >= 3);
+    CHECK(c % 3 == 0);
+    const CliRun resumed =
+        run_train(tmp, "--resume --max-steps " + std::to_string(c + 2) + " --out " + shell_quote(out));
+    INFO("resume stderr: " << resumed.err);
+    CHECK(resumed.status == 0);
+    CHECK_THAT(resumed.err, Catch::Contains("(step " + std::to_string(c) + ","));
+    const auto after = of_type(read_metrics(out), "train");
+    REQUIRE(after.size() == static_cast<std::size_t>(c + 2));
+    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].at("step") == static_cast<std::int64_t>(i + 1));
+}
+
+// ---- 6. checkpoint rotation ------------------------------------------------------------------------------
+
+TEST_CASE("train: --keep 2 keeps the two newest step checkpoints and lists them in state.json", "[train]") {
+    Corpus corpus(100);
+    TrainTempDir tmp;
+    const std::string out = tmp / "run";
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.max_steps = 5;
+    c.checkpoint_every = 1;
+    c.keep = 2;
+    tf::TrainResult result;
+    train_quietly(c, &result);
+    CHECK(result.steps == 5);
+    CHECK(result.stop_reason == "max steps");
+
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(out + "/checkpoints"))
+        files.push_back("checkpoints/" + e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    CHECK(files == std::vector<std::string>{checkpoint_name(4), checkpoint_name(5)});
+    const json state = read_state(out);
+    CHECK(state.at("kept") == json(files));
+    CHECK(state.at("last") == checkpoint_name(5));
+    CHECK(state.at("step") == 5);
+    CHECK(fs::exists(out + "/model.safetensors"));
+    CHECK(fs::exists(out + "/run.json"));
+    CHECK(fs::exists(out + "/vocab.txt"));
+    CHECK_NOTHROW(tf::load_model_dir(out));
+}
+
+// ---- 7. config.toml round trip ---------------------------------------------------------------------------
+
+TEST_CASE("train: --config DIR/config.toml repeats the run", "[train]") {
+    Corpus corpus(80, 20);
+    TrainTempDir tmp;
+    const std::string first = tmp / "first", second = tmp / "second";
+    const std::string flags =
+        "--train-src " + shell_quote(corpus.train_src) + " --train-tgt " + shell_quote(corpus.train_tgt) +
+        " --valid-src " + shell_quote(corpus.valid_src) + " --valid-tgt " + shell_quote(corpus.valid_tgt) +
+        " --tokenizer word --vocab-size 0 --separate-vocab --max-len 30 --batch-tokens 350"
+        " --d-model 16 --heads 4 --ffn 24 --enc-layers 1 --dec-layers 1 --dropout 0.05 --attention-dropout 0"
+        " --norm pre --activation gelu --tie decoder --positional learned --max-positions 48"
+        " --optimizer adamw --weight-decay 0.01 --beta2 0.99 --clip 0.5 --label-smoothing 0.05"
+        " --schedule cosine --lr 0.003 --warmup 1 --min-lr 0.0001 --seed 7 --max-steps 3"
+        " --log-every 1 --valid-every 3 --checkpoint-every 2 --keep 1 --valid-bleu --valid-bleu-sentences 4"
+        " --out " + shell_quote(first);
+    const CliRun a = run_train(tmp, flags);
+    INFO(a.err);
+    REQUIRE(a.status == 0);
+    REQUIRE(fs::exists(first + "/config.toml"));
+
+    const std::string config = shell_quote(first + "/config.toml");
+    const CliRun b = run_train(tmp, "--config " + config + " --out " + shell_quote(second));
+    INFO(b.err);
+    REQUIRE(b.status == 0);
+    CHECK(read_all(second + "/run.json") == read_all(first + "/run.json"));
+    CHECK(read_all(second + "/config.toml") == read_all(first + "/config.toml"));
+    const json run = json::parse(read_all(first + "/run.json"));
+    CHECK(run.at("optim").at("optimizer") == "adamw");
+    CHECK(run.at("seed") == 7);
+    // The same settings and seed, single-threaded: the same losses.
+    const auto x = read_metrics(first), y = read_metrics(second);
+    REQUIRE(x.size() == y.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+        for (const char* key : {"loss", "valid_loss", "valid_bleu"})
+            if (x[i].contains(key)) CHECK(x[i].at(key) == y[i].at(key));
+
+    // Command-line options win over the file.
+    const CliRun c = run_train(tmp, "--config " + config + " --seed 8 --out " + shell_quote(tmp / "third"));
+    INFO(c.err);
+    REQUIRE(c.status == 0);
+    CHECK(json::parse(read_all(tmp / "third/run.json")).at("seed") == 8);
+}
+
+// ---- 8. metrics.jsonl ------------------------------------------------------------------------------------
+
+TEST_CASE("train: metrics.jsonl holds one JSON object per line with the documented keys", "[train]") {
+    Corpus corpus(100, 20);
+    TrainTempDir tmp;
+    const bool bleu = GENERATE(true, false);
+    INFO("valid_bleu " << bleu);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_bleu = bleu;
+    c.valid_bleu_sentences = 5;
+    c.max_steps = 4;
+    c.log_every = 2;
+    c.valid_every = 2;
+    tf::TrainResult result;
+    train_quietly(c, &result);
+
+    const auto lines = split_lines(read_all(tmp / "run/metrics.jsonl"));
+    REQUIRE(lines.size() == 4);
+    std::vector<std::pair<std::string, std::int64_t>> seen;
+    for (const auto& line : lines) {
+        INFO(line);
+        json j;
+        REQUIRE_NOTHROW(j = json::parse(line));
+        REQUIRE(j.is_object());
+        seen.emplace_back(j.at("type").get<std::string>(), j.at("step").get<std::int64_t>());
+        if (j.at("type") == "train") {
+            for (const char* key : {"step", "epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tok_per_s", "elapsed"}) {
+                INFO(key);
+                REQUIRE(j.contains(key));
+                CHECK(std::isfinite(j.at(key).get<double>()));
+            }
+            CHECK(j.at("loss").get<double>() > 0);
+            CHECK(j.at("ppl").get<double>() == Approx(std::exp(j.at("nll").get<double>())));
+            CHECK(j.at("lr").get<double>() > 0);
+        } else {
+            REQUIRE(j.at("type") == "valid");
+            for (const char* key : {"valid_loss", "valid_ppl"}) {
+                INFO(key);
+                REQUIRE(j.contains(key));
+                CHECK(std::isfinite(j.at(key).get<double>()));
+            }
+            CHECK(j.contains("valid_bleu") == bleu);
+            if (bleu) CHECK(j.at("valid_bleu").get<double>() >= 0);
+        }
+    }
+    using P = std::pair<std::string, std::int64_t>;
+    CHECK(seen == std::vector<P>{P{"train", 2}, P{"valid", 2}, P{"train", 4}, P{"valid", 4}});
+    CHECK(result.best_valid_loss > 0);
+    CHECK((result.best_valid_bleu >= 0) == bleu);
+}
