@@ -496,7 +496,7 @@ TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[
         const CliRun r = run_train(tmp, "--resume --out " + shell_quote(out));
         INFO(r.err);
         CHECK(r.status == 0);
-        CHECK_THAT(r.err, Catch::Contains("(step 3,") && Catch::Contains("stopped after 3 steps (max steps)"));
+        CHECK_THAT(r.err, Catch::Contains("(step 3,") && Catch::Contains("already reached its stopping rule at step 3"));
         CHECK(read_all(out + "/metrics.jsonl") == metrics);
         CHECK((read_all(path) == bytes));
     }

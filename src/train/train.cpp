@@ -131,7 +131,7 @@ TrainConfig train_config_from_json(const std::string& text) {
         c.valid_bleu = j.at("valid_bleu");
         c.valid_bleu_sentences = j.at("valid_bleu_sentences");
     } catch (const std::exception& e) {
-        throw std::runtime_error(std::string("run.json is malformed: ") + e.what());
+        throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
     }
     return c;
 }
@@ -419,7 +419,7 @@ void Trainer::build_model() {
     log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
          << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
          << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << "); " << batcher_->num_batches()
-         << " batches per epoch; " << num_threads() << " threads; lr " << c_.optim.schedule.describe() << "\n";
+         << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads") << "; lr " << c_.optim.schedule.describe() << "\n";
     metrics_.open((fs::path(dir_) / "metrics.jsonl").string(), std::ios::app);
     if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl'");
 }
@@ -604,6 +604,14 @@ TrainResult Trainer::run() {
     }
     log_progress(true);
     result_.interrupted = reason == "interrupted";
+    if (state_.step == last_checkpoint_step_ && c_.resume && !result_.interrupted) {
+        // Resumed a run that had already reached its stopping rule: nothing to train, nothing to rewrite.
+        log_ << "the run in " << dir_ << " already reached its stopping rule at step " << state_.step
+             << "; extend it with --max-steps, --epochs or --time-budget\n";
+        result_.steps = state_.step;
+        result_.stop_reason = reason;
+        return result_;
+    }
     const std::int64_t valid_step = last_valid_step_;
     if (!result_.interrupted) validate();
     checkpoint(/*force=*/last_valid_step_ != valid_step);
