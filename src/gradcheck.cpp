@@ -106,12 +106,20 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
     auto check = [&](const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) {
         out.push_back(gradcheck(name, f, std::move(in), GradcheckOptions{1e-6, 1e-6, seed}));
     };
+    // For inputs big enough to take an op's threaded or BLAS path: 64 elements of each input, spread out.
+    auto check_sampled = [&](const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) {
+        out.push_back(gradcheck(name, f, std::move(in), GradcheckOptions{1e-6, 1e-6, seed, 64}));
+    };
     const real inf = std::numeric_limits<real>::infinity();
 
     check("add", [](auto& x) { return add(x[0], x[1]); }, {rnd({2, 3, 4}), rnd({2, 3, 4})});
     check("add (bias broadcast)", [](auto& x) { return add(x[0], x[1]); }, {rnd({2, 3, 4}), rnd({4})});
     check("add (both broadcast)", [](auto& x) { return add(x[0], x[1]); }, {rnd({2, 1, 3, 4}), rnd({1, 5, 1, 4})});
     check("sub", [](auto& x) { return sub(x[0], x[1]); }, {rnd({2, 3, 4}), rnd({3, 1})});
+    check("sub (table broadcast (T,C))", [](auto& x) { return sub(x[0], x[1]); }, {rnd({2, 3, 4}), rnd({3, 4})});
+    check("mul (row broadcast (1,C))", [](auto& x) { return mul(x[0], x[1]); }, {rnd({1, 4}), rnd({2, 3, 4})});
+    check_sampled("add (bias broadcast, split by columns)", [](auto& x) { return add(x[0], x[1]); },
+                  {rnd({4, 32, 130}), rnd({130})});
     check("mul", [](auto& x) { return mul(x[0], x[1]); }, {rnd({2, 3, 4}), rnd({2, 3, 4})});
     check("mul (head gate)", [](auto& x) { return mul(x[0], x[1]); }, {rnd({2, 3, 4, 5}), rnd({1, 3, 1, 1})});
     check("div", [](auto& x) { return div(x[0], x[1]); }, {rnd({2, 3, 4}), rnd({2, 1, 4}, 0.5, 1.5)});
@@ -128,6 +136,22 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
           {rnd({2, 2, 4, 3}), rnd({2, 2, 4, 5})});
     check("matmul (B,T,C) x W^T (linear)", [](auto& x) { return matmul(x[0], x[1], false, true); },
           {rnd({2, 3, 4}), rnd({5, 4})});
+    // Batched products below kSmallProduct run through small_gemm: every transpose combination, with α.
+    check("matmul batched 4-D A B alpha", [](auto& x) { return matmul(x[0], x[1], false, false, real(0.3)); },
+          {rnd({2, 2, 3, 4}), rnd({2, 2, 4, 5})});
+    check("matmul batched 4-D Q K^T alpha", [](auto& x) { return matmul(x[0], x[1], false, true, real(-0.5)); },
+          {rnd({2, 2, 3, 4}), rnd({2, 2, 5, 4})});
+    check("matmul batched 3-D A^T B^T", [](auto& x) { return matmul(x[0], x[1], true, true); },
+          {rnd({3, 4, 3}), rnd({3, 5, 4})});
+    check("matmul alpha (A B^T, 2-D)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.125)); },
+          {rnd({3, 4}), rnd({5, 4})});
+    // Batched products above it run one BLAS call after another.
+    check_sampled("matmul batched large (BLAS per product)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.5)); },
+                  {rnd({2, 40, 80}), rnd({2, 90, 80})});
+    check("affine x W^T + b", [](auto& x) { return affine(x[0], x[1], x[2]); }, {rnd({2, 3, 4}), rnd({5, 4}), rnd({5})});
+    check("affine without bias", [](auto& x) { return affine(x[0], x[1], Tensor()); }, {rnd({3, 4}), rnd({5, 4})});
+    check_sampled("affine (bias gradient split by columns)", [](auto& x) { return affine(x[0], x[1], x[2]); },
+                  {rnd({4, 64, 8}), rnd({130, 8}), rnd({130})});
 
     check("reshape", [](auto& x) { return mul(reshape(x[0], {3, 8}), x[1]); }, {rnd({2, 3, 4}), rnd({3, 8})});
     check("permute (0,2,1,3)", [](auto& x) { return permute(x[0], {0, 2, 1, 3}); }, {rnd({2, 3, 4, 5})});
@@ -136,6 +160,8 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
     check("concat_last", [](auto& x) { return concat_last({x[0], x[1], x[2]}); },
           {rnd({2, 3, 2}), rnd({2, 3, 4}), rnd({2, 3, 1})});
     check("slice_last", [](auto& x) { return slice_last(x[0], 2, 5); }, {rnd({2, 3, 6})});
+    check("slice_heads (B,T,W)[..., 4:10] -> (B,2,T,3)", [](auto& x) { return slice_heads(x[0], 4, 10, 2); },
+          {rnd({2, 3, 12})});
 
     check("sum axis 1", [](auto& x) { return sum(x[0], 1); }, {rnd({2, 3, 4})});
     check("sum axis -1 keepdim", [](auto& x) { return sum(x[0], -1, true); }, {rnd({2, 3, 4})});
@@ -161,6 +187,10 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
     check("log_softmax", [](auto& x) { return log_softmax(x[0]); }, {rnd({3, 7}, -2, 2)});
     check("layer_norm", [](auto& x) { return layer_norm(x[0], x[1], x[2]); },
           {rnd({2, 3, 6}, -2, 2), rnd({6}, 0.5, 1.5), rnd({6})});
+    check("add_layer_norm", [](auto& x) { return add_layer_norm(x[0], x[1], x[2], x[3]); },
+          {rnd({2, 3, 6}, -2, 2), rnd({2, 3, 6}, -1, 1), rnd({6}, 0.5, 1.5), rnd({6})});
+    check_sampled("add_layer_norm (rows split across threads)", [](auto& x) { return add_layer_norm(x[0], x[1], x[2], x[3]); },
+                  {rnd({4, 64, 70}, -2, 2), rnd({4, 64, 70}, -1, 1), rnd({70}, 0.5, 1.5), rnd({70})});
     check("dropout p=0.3", [](auto& x) { Rng rng(7); return dropout(x[0], real(0.3), rng); }, {rnd({4, 6})});
     {
         std::vector<std::int32_t> ids = {3, 0, 1, 3, 4, 0};  // 0 is padding: its row gets no gradient
@@ -170,6 +200,11 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
         Tensor keep = Tensor::from({1, 0, 1, 1, 1, 0}, {2, 3, 1});
         check("embedding (pad 0, padded positions masked)",
               [ids, keep](auto& x) { return mul(embedding(x[0], ids, {2, 3}, 0), keep); }, {rnd({5, 4})});
+        // Enough ids × columns for backward to split the columns across threads; ids repeat.
+        std::vector<std::int32_t> many(130);
+        for (std::size_t i = 0; i < many.size(); ++i) many[i] = std::int32_t((i * 5) % 7);
+        check_sampled("embedding (wide, columns split)", [many](auto& x) { return embedding(x[0], many, {2, 65}); },
+                      {rnd({7, 130})});
         std::vector<std::int32_t> target = {2, 0, 4, 1, 0, 3};  // 0 is the ignored index
         check("cross_entropy (eps 0.1, ignore 0)", [target](auto& x) { return cross_entropy(x[0], target, 0, real(0.1)); },
               {rnd({6, 5}, -2, 2)});

@@ -27,6 +27,78 @@ void require_defined(const char* op, const Tensor& t, const char* what) {
 // Only parallelise loops with enough work to pay for waking the threads.
 constexpr std::int64_t kParallelGrain = 1 << 14;
 
+// e^x as plain arithmetic, so that loops calling it vectorise (std::exp is a libm call, which GCC only
+// vectorises under -ffast-math). float: x = n·ln2 + r with |r| ≤ ln2/2, e^r from the degree-6 polynomial of
+// Cephes' expf, 2^n written into the exponent bits. Within 2 ulp of std::exp on [−87, 88], 0 below −87 (so
+// e^−∞ = 0, as masked keys need); meant for x ≤ 88 (every caller passes x − max ≤ 0). The float64 build,
+// which exists for exact gradient checks, keeps std::exp.
+inline float exp_fast(float x) {
+    const float shifter = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer held in the low mantissa bits
+    const float xc = std::min(std::max(x, -87.0f), 88.0f);
+    const float t = xc * 1.44269504088896341f + shifter;            // n = round(x / ln2), in t's low bits
+    const float n = t - shifter;
+    const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;   // x − n·ln2, ln2 in two parts (Cody–Waite)
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float e_r = p * r * r + r + 1.0f;                         // e^r
+    std::int32_t bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    bits = (bits - 0x4B400000 + 127) << 23;  // minus the bits of `shifter` leaves n; + 127 is the exponent bias
+    float two_n;
+    std::memcpy(&two_n, &bits, sizeof two_n);
+    return x < -87.0f ? 0.0f : e_r * two_n;
+}
+[[maybe_unused]] inline double exp_fast(double x) { return std::exp(x); }
+
+// Reductions along one row, kept in kLanes interleaved partial results that are combined at the end. The
+// fixed-width inner loops vectorise (GCC does not reorder a plain floating-point sum by itself, and its
+// `omp simd reduction` code for cross_entropy's long double-precision sums ran 5× slower), and the order of
+// the additions — hence the result — is the same on every run and for every thread count.
+constexpr std::int64_t kLanes = 16;
+
+template <class F>
+real lane_sum(std::int64_t n, F f) {  // Σ_j f(j) for j in [0, n)
+    real part[kLanes] = {};
+    std::int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+        for (std::int64_t l = 0; l < kLanes; ++l) part[l] += f(j + l);
+    real total = 0;
+    for (std::int64_t l = 0; l < kLanes; ++l) total += part[l];
+    for (; j < n; ++j) total += f(j);
+    return total;
+}
+
+inline real lane_max(const real* x, std::int64_t n) {  // max_j x[j]; −∞ for n = 0
+    real part[kLanes];
+    std::fill(part, part + kLanes, -std::numeric_limits<real>::infinity());
+    std::int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+        for (std::int64_t l = 0; l < kLanes; ++l) part[l] = std::max(part[l], x[j + l]);
+    real mx = part[0];
+    for (std::int64_t l = 1; l < kLanes; ++l) mx = std::max(mx, part[l]);
+    for (; j < n; ++j) mx = std::max(mx, x[j]);
+    return mx;
+}
+
+// dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
+// Each thread owns blocks of columns and adds its rows in order, so the sums do not depend on the threads.
+template <class F>
+void sum_over_rows(std::int64_t R, std::int64_t Cn, real* dst, F f) {
+    constexpr std::int64_t kBlock = 64;
+    const std::int64_t blocks = (Cn + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (R * Cn >= kParallelGrain && blocks > 1)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+        const std::int64_t c0 = blk * kBlock, c1 = std::min(Cn, c0 + kBlock);
+        for (std::int64_t r = 0; r < R; ++r)
+#pragma omp simd
+            for (std::int64_t c = c0; c < c1; ++c) dst[c] += f(r, c);
+    }
+}
+
 // ---- broadcasting ---------------------------------------------------------------------------------------
 // Both operands are padded on the left to four axes; a stride of 0 repeats a value along an axis.
 struct Broadcast {
@@ -65,6 +137,17 @@ Broadcast broadcast(const char* op, const Shape& a, const Shape& b) {
     return bc;
 }
 
+// True when `small`, without its leading 1s, is the trailing part of `out`: (C) or (1, C) of (B, T, C).
+bool is_trailing(const Shape& small, const Shape& out) {
+    int first = 0;
+    while (first < small.rank && small.dims[first] == 1) ++first;
+    const int kept = small.rank - first;
+    if (kept > out.rank) return false;
+    for (int i = 0; i < kept; ++i)
+        if (small.dims[first + i] != out.dims[out.rank - kept + i]) return false;
+    return true;
+}
+
 // Calls f(o, ia, ib) for every output element o with the matching offsets into a and b. Rows of the last
 // axis are split across threads when `parallel` (only safe when f writes to distinct places for each o).
 template <class F>
@@ -101,18 +184,33 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, Fwd fwd, DA da, 
     return record(op, out, {a, b}, [bc, da, db](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
         const real *x0 = in[0].data(), *x1 = in[1].data();
+        const std::int64_t n = y.numel();
         // An operand that was not stretched receives one contribution per element: safe to parallelise.
+        // One stretched along leading axes only ((C) or (T, C) against (B, T, C)) while the other is full
+        // size gets a sum over the rows of an (n / Cn, Cn) layout: split by columns (sum_over_rows).
         if (in[0].requires_grad()) {
             real* g0 = in[0].grad();
-            for_each_broadcast(bc, in[0].numel() == y.numel(), [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
-                g0[ia] += da(x0[ia], x1[ib], g[o]);
-            });
+            const std::int64_t cols = in[0].numel();
+            if (cols < n && in[1].numel() == n && is_trailing(in[0].shape(), bc.out))
+                sum_over_rows(n / cols, cols, g0, [&](std::int64_t r, std::int64_t c) {
+                    return da(x0[c], x1[r * cols + c], g[r * cols + c]);
+                });
+            else
+                for_each_broadcast(bc, in[0].numel() == n, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
+                    g0[ia] += da(x0[ia], x1[ib], g[o]);
+                });
         }
         if (in[1].requires_grad()) {
             real* g1 = in[1].grad();
-            for_each_broadcast(bc, in[1].numel() == y.numel(), [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
-                g1[ib] += db(x0[ia], x1[ib], g[o]);
-            });
+            const std::int64_t cols = in[1].numel();
+            if (cols < n && in[0].numel() == n && is_trailing(in[1].shape(), bc.out))
+                sum_over_rows(n / cols, cols, g1, [&](std::int64_t r, std::int64_t c) {
+                    return db(x0[r * cols + c], x1[c], g[r * cols + c]);
+                });
+            else
+                for_each_broadcast(bc, in[1].numel() == n, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
+                    g1[ib] += db(x0[ia], x1[ib], g[o]);
+                });
         }
     });
 }
@@ -164,29 +262,96 @@ Tensor scale(const Tensor& a, real s) {
 }
 
 // ---- matmul ----------------------------------------------------------------------------------------------
-// C = op(A)·op(B). Backward, with dC the upstream gradient (derivation in the comments at each gemm):
-//   d op(A) = dC · op(B)ᵀ,   d op(B) = op(A)ᵀ · dC.
+// C = α·op(A)·op(B). Backward, with dC the upstream gradient (derivation in the comments at each product):
+//   d op(A) = α·dC · op(B)ᵀ,   d op(B) = α·op(A)ᵀ · dC.
 
 namespace {
 
 struct MatmulDims {
     std::int64_t batch, M, N, K;
     bool shared_b;  // b is one 2-D matrix used for every row of a
+    bool small;     // many small products (attention): small_gemm on threads, not BLAS
 };
 
-// Each of the `batch` products, on threads when the products are small (attention); one threaded BLAS
-// call after another when they are large.
+// Products below this many multiply-adds, when there are several of them, go to small_gemm.
+constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
+
+// C = α·op(A)·op(B) + β·C on row-major matrices, for attention's many small products ((T, D)·(D, S) with T,
+// S, D of a few dozen). Plain loops, ordered so that the inner one runs over contiguous memory and
+// vectorises; each row of C is summed in a local array first. These run on over_batch's threads, where a
+// BLAS call per product would cost more than the product itself.
+void small_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* __restrict A,
+                std::int64_t lda, const real* __restrict B, std::int64_t ldb, real beta, real* __restrict C,
+                std::int64_t ldc) {
+    constexpr std::int64_t kMaxN = 256;  // the sums of one row of C live in a local array
+    if (N > kMaxN) {                     // (not attention's case) in blocks of columns
+        for (std::int64_t j0 = 0; j0 < N; j0 += kMaxN)
+            small_gemm(ta, tb, M, std::min(kMaxN, N - j0), K, alpha, A, lda, tb ? B + j0 * ldb : B + j0, ldb, beta,
+                       C + j0, ldc);
+        return;
+    }
+    for (std::int64_t i = 0; i < M; ++i) {
+        real acc[kMaxN];
+        if (!tb) {  // acc = Σ_k op(A)[i, k] · row k of B
+            for (std::int64_t j = 0; j < N; ++j) acc[j] = 0;
+            for (std::int64_t k = 0; k < K; ++k) {
+                const real a = ta ? A[k * lda + i] : A[i * lda + k];
+                const real* __restrict b = B + k * ldb;
+                for (std::int64_t j = 0; j < N; ++j) acc[j] += a * b[j];
+            }
+        } else {    // acc[j] = row i of op(A) · row j of B (stored (N, K))
+            const real* a = ta ? A + i : A + i * lda;  // row i of op(A): stride lda when A is stored transposed
+            for (std::int64_t j = 0; j < N; ++j) {
+                const real* b = B + j * ldb;
+                real dot = 0;
+                if (ta) {
+                    for (std::int64_t k = 0; k < K; ++k) dot += a[k * lda] * b[k];
+                } else {
+#pragma omp simd reduction(+ : dot)
+                    for (std::int64_t k = 0; k < K; ++k) dot += a[k] * b[k];
+                }
+                acc[j] = dot;
+            }
+        }
+        real* __restrict c = C + i * ldc;
+        for (std::int64_t j = 0; j < N; ++j) c[j] = (beta == real(0) ? real(0) : beta * c[j]) + alpha * acc[j];
+    }
+}
+
+// C (M, N) = α·op(A)·op(B) + β·C as one product whose rows are split across the threads, each running BLAS
+// on its block (BLAS runs single-threaded inside our parallel region). One fork and one join per product:
+// OpenBLAS's own threading makes its threads wait for each other several times within a product, and on a
+// busy machine each of those waits can cost a scheduler time slice.
+void gemm_rows(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
+               std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
+    const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (threads == 1 || M < 2 * threads || M * N * K < kSmallProduct) {  // too small to share
+        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(int(threads))
+    for (std::int64_t t = 0; t < threads; ++t) {
+        const std::int64_t m0 = M * t / threads, m1 = M * (t + 1) / threads;
+        const real* At = ta ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): columns of A when it is stored transposed
+        gemm(ta, tb, m1 - m0, N, K, alpha, At, lda, B, ldb, beta, C + m0 * ldc, ldc);
+    }
+}
+
+// Runs product(i, gemm_fn) for each of the `batch` products: small ones split across threads and computed
+// by small_gemm; large ones one after another, each split by rows across the threads (gemm_rows).
 template <class F>
 void over_batch(const MatmulDims& d, F product) {
-    const std::int64_t flops_each = d.M * d.N * d.K;
-    const bool split = d.batch > 1 && flops_each < (std::int64_t(1) << 22) && d.batch * flops_each >= kParallelGrain;
-#pragma omp parallel for schedule(static) if (split)
-    for (std::int64_t i = 0; i < d.batch; ++i) product(i);
+    if (d.small) {
+#pragma omp parallel for schedule(static) if (d.batch * d.M * d.N * d.K >= kParallelGrain)
+        for (std::int64_t i = 0; i < d.batch; ++i) product(i, small_gemm);
+    } else {
+        for (std::int64_t i = 0; i < d.batch; ++i) product(i, gemm_rows);
+    }
 }
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     require_defined("matmul", a, "first operand");
     require_defined("matmul", b, "second operand");
     const std::string shapes = a.shape().str() + (ta ? "ᵀ" : "") + " @ " + b.shape().str() + (tb ? "ᵀ" : "");
@@ -213,6 +378,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     d.N = tb ? b.size(-2) : b.size(-1);
     if (kb != d.K) fail("matmul", "inner sizes differ (" + std::to_string(d.K) + " vs " + std::to_string(kb) + "): " + shapes);
     out_shape[-1] = d.N;
+    d.small = d.batch > 1 && d.M * d.N * d.K < kSmallProduct;
 
     Tensor out = Tensor::empty(out_shape);
     const std::int64_t a_step = d.shared_b ? 0 : d.M * d.K, b_step = d.shared_b ? 0 : d.K * d.N, c_step = d.M * d.N;
@@ -220,37 +386,75 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     {
         const real *A = a.data(), *B = b.data();
         real* C = out.data();
-        over_batch(d, [&](std::int64_t i) {
-            gemm(ta, tb, d.M, d.N, d.K, 1, A + i * a_step, lda, B + i * b_step, ldb, 0, C + i * c_step, d.N);
+        over_batch(d, [&](std::int64_t i, auto mm) {
+            mm(ta, tb, d.M, d.N, d.K, alpha, A + i * a_step, lda, B + i * b_step, ldb, 0, C + i * c_step, d.N);
         });
     }
     if (!needs_grad({&a, &b})) return out;
-    return record("matmul", out, {a, b}, [d, ta, tb, a_step, b_step, c_step, lda, ldb](Tensor& y, std::vector<Tensor>& in) {
+    return record("matmul", out, {a, b}, [d, ta, tb, alpha, a_step, b_step, c_step, lda, ldb](Tensor& y, std::vector<Tensor>& in) {
         const real* dC = y.grad();
         const real *A = in[0].data(), *B = in[1].data();
         if (in[0].requires_grad()) {
             real* dA = in[0].grad();
-            over_batch(d, [&](std::int64_t i) {
-                if (!ta)  // dA (M,K) += dC (M,N) · op(B)ᵀ (N,K)
-                    gemm(false, !tb, d.M, d.K, d.N, 1, dC + i * c_step, d.N, B + i * b_step, ldb, 1, dA + i * a_step, lda);
-                else      // A stored (K,M): dA += (dC · op(B)ᵀ)ᵀ = op(B) (K,N) · dCᵀ (N,M)
-                    gemm(tb, true, d.K, d.M, d.N, 1, B + i * b_step, ldb, dC + i * c_step, d.N, 1, dA + i * a_step, lda);
+            over_batch(d, [&](std::int64_t i, auto mm) {
+                if (!ta)  // dA (M,K) += α·dC (M,N) · op(B)ᵀ (N,K)
+                    mm(false, !tb, d.M, d.K, d.N, alpha, dC + i * c_step, d.N, B + i * b_step, ldb, 1, dA + i * a_step, lda);
+                else      // A stored (K,M): dA += α·(dC · op(B)ᵀ)ᵀ = α·op(B) (K,N) · dCᵀ (N,M)
+                    mm(tb, true, d.K, d.M, d.N, alpha, B + i * b_step, ldb, dC + i * c_step, d.N, 1, dA + i * a_step, lda);
             });
         }
         if (in[1].requires_grad()) {
             real* dB = in[1].grad();
             if (d.shared_b) {  // one product over all rows: dB += (Σ over rows) — a single large gemm
-                if (!tb) gemm(true, false, d.K, d.N, d.M, 1, A, lda, dC, d.N, 1, dB, ldb);   // (K,N) += Aᵀ dC
-                else     gemm(true, false, d.N, d.K, d.M, 1, dC, d.N, A, lda, 1, dB, ldb);   // (N,K) += dCᵀ A
+                if (!tb) gemm_rows(true, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, 1, dB, ldb);   // (K,N) += α·Aᵀ dC
+                else     gemm_rows(true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, 1, dB, ldb);   // (N,K) += α·dCᵀ A
                 return;
             }
-            over_batch(d, [&](std::int64_t i) {
-                if (!tb)  // dB (K,N) += op(A)ᵀ (K,M) · dC (M,N)
-                    gemm(!ta, false, d.K, d.N, d.M, 1, A + i * a_step, lda, dC + i * c_step, d.N, 1, dB + i * b_step, ldb);
-                else      // B stored (N,K): dB += dCᵀ (N,M) · op(A) (M,K)
-                    gemm(true, ta, d.N, d.K, d.M, 1, dC + i * c_step, d.N, A + i * a_step, lda, 1, dB + i * b_step, ldb);
+            over_batch(d, [&](std::int64_t i, auto mm) {
+                if (!tb)  // dB (K,N) += α·op(A)ᵀ (K,M) · dC (M,N)
+                    mm(!ta, false, d.K, d.N, d.M, alpha, A + i * a_step, lda, dC + i * c_step, d.N, 1, dB + i * b_step, ldb);
+                else      // B stored (N,K): dB += α·dCᵀ (N,M) · op(A) (M,K)
+                    mm(true, ta, d.N, d.K, d.M, alpha, dC + i * c_step, d.N, A + i * a_step, lda, 1, dB + i * b_step, ldb);
             });
         }
+    });
+}
+
+// ---- affine (a linear layer) ------------------------------------------------------------------------------
+// y = x Wᵀ + b over N = rows of x. With dy the upstream gradient (N, out):
+//   dx (N, in) += dy · W,   dW (out, in) += dyᵀ · x,   db (out) += Σ_n dy[n, :].
+
+Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    require_defined("affine", x, "input");
+    require_defined("affine", weight, "weight");
+    const std::string shapes = x.shape().str() + " with weight " + weight.shape().str() +
+                               (bias.defined() ? " and bias " + bias.shape().str() : "");
+    if (x.rank() < 1 || weight.rank() != 2 || x.shape().last() != weight.size(1))
+        fail("affine", "needs x (..., in) and weight (out, in): got " + shapes);
+    const std::int64_t N = x.shape().rows(), in_f = weight.size(1), out_f = weight.size(0);
+    if (bias.defined() && bias.shape() != Shape{out_f}) fail("affine", "bias must be (out): got " + shapes);
+    Shape out_shape = x.shape();
+    out_shape[-1] = out_f;
+    Tensor y = Tensor::empty(out_shape);  // (..., out)
+    real* py = y.data();
+    if (bias.defined()) {
+        const real* b = bias.data();
+#pragma omp parallel for schedule(static) if (N * out_f >= kParallelGrain)
+        for (std::int64_t n = 0; n < N; ++n) std::memcpy(py + n * out_f, b, out_f * sizeof(real));
+    }
+    // (N, in) @ (out, in)ᵀ -> (N, out), added onto the bias rows (β = 1) or written (β = 0)
+    gemm_rows(false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, bias.defined() ? 1 : 0, py, out_f);
+    if (!needs_grad({&x, &weight, &bias})) return y;
+    std::vector<Tensor> inputs{x, weight};
+    if (bias.defined()) inputs.push_back(bias);
+    return record("affine", y, std::move(inputs), [N, in_f, out_f](Tensor& y, std::vector<Tensor>& in) {
+        const real* dy = y.grad();  // (N, out)
+        if (in[0].requires_grad())  // dx (N, in) += dy (N, out) · W (out, in)
+            gemm_rows(false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, 1, in[0].grad(), in_f);
+        if (in[1].requires_grad())  // dW (out, in) += dyᵀ (out, N) · x (N, in)
+            gemm_rows(true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, 1, in[1].grad(), in_f);
+        if (in.size() > 2 && in[2].requires_grad())  // db (out) += column sums of dy
+            sum_over_rows(N, out_f, in[2].grad(), [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
     });
 }
 
@@ -389,6 +593,40 @@ Tensor slice_last(const Tensor& a, std::int64_t begin, std::int64_t end) {
     });
 }
 
+// ---- slice_heads -----------------------------------------------------------------------------------------
+// out[b, h, t, :] = x[b, t, begin + h·D : begin + (h+1)·D], and backward adds each row of g back there.
+
+Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::int64_t H) {
+    require_defined("slice_heads", x, "input");
+    if (x.rank() != 3) fail("slice_heads", "input must be (B, T, W), got " + x.shape().str());
+    const std::int64_t B = x.size(0), T = x.size(1), W = x.size(2);
+    if (begin < 0 || end > W || begin >= end || H <= 0 || (end - begin) % H != 0)
+        fail("slice_heads", "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + x.shape().str() +
+                                " does not split into " + std::to_string(H) + " heads");
+    const std::int64_t D = (end - begin) / H, rows = B * H * T;
+    Tensor out = Tensor::empty({B, H, T, D});  // (B, H, T, D)
+    // Row r = (b, h, t) of the output starts at x[b, t, begin + h·D].
+    auto source = [H, T, W, D, begin](std::int64_t r) {
+        const std::int64_t t = r % T, h = (r / T) % H, b = r / (T * H);
+        return (b * T + t) * W + begin + h * D;
+    };
+    const real* px = x.data();
+    real* y = out.data();
+#pragma omp parallel for schedule(static) if (rows * D >= kParallelGrain)
+    for (std::int64_t r = 0; r < rows; ++r) std::memcpy(y + r * D, px + source(r), D * sizeof(real));
+    if (!needs_grad({&x})) return out;
+    return record("slice_heads", out, {x}, [rows, D, source](Tensor& y, std::vector<Tensor>& in) {
+        const real* g = y.grad();
+        real* dx = in[0].grad();
+#pragma omp parallel for schedule(static) if (rows * D >= kParallelGrain)
+        for (std::int64_t r = 0; r < rows; ++r) {  // every row lands in its own place: no two threads meet
+            real* d = dx + source(r);
+#pragma omp simd
+            for (std::int64_t j = 0; j < D; ++j) d[j] += g[r * D + j];
+        }
+    });
+}
+
 // ---- sum, mean ---------------------------------------------------------------------------------------------
 // Seen as (outer, n, inner) with the reduced axis in the middle: out[o, i] = Σ_k x[o, k, i] · factor.
 
@@ -504,17 +742,16 @@ Tensor softmax(const Tensor& a, const Tensor& mask) {
             std::int64_t i2 = r % n[2], i1 = (r / n[2]) % n[1], i0 = r / (n[2] * n[1]);
             mr = m + i0 * mstride[0] + i1 * mstride[1] + i2 * mstride[2];
         }
-        real mx = -std::numeric_limits<real>::infinity();
-        for (std::int64_t j = 0; j < N; ++j) {
-            yr[j] = mr ? xr[j] + mr[j * mlast] : xr[j];
-            mx = std::max(mx, yr[j]);
-        }
+        if (mr)
+            for (std::int64_t j = 0; j < N; ++j) yr[j] = xr[j] + mr[j * mlast];
+        else
+            std::memcpy(yr, xr, N * sizeof(real));
+        const real mx = lane_max(yr, N);
         if (mx == -std::numeric_limits<real>::infinity()) {  // everything masked
             std::fill(yr, yr + N, real(0));
             continue;
         }
-        real total = 0;
-        for (std::int64_t j = 0; j < N; ++j) total += (yr[j] = std::exp(yr[j] - mx));
+        const real total = lane_sum(N, [&](std::int64_t j) { return yr[j] = exp_fast(yr[j] - mx); });
         const real inv = real(1) / total;
         for (std::int64_t j = 0; j < N; ++j) yr[j] *= inv;
     }
@@ -526,9 +763,9 @@ Tensor softmax(const Tensor& a, const Tensor& mask) {
 #pragma omp parallel for schedule(static) if (rows * N >= kParallelGrain)
         for (std::int64_t r = 0; r < rows; ++r) {
             const real *gr = g + r * N, *pr = p + r * N;
-            real dot = 0;
-            for (std::int64_t j = 0; j < N; ++j) dot += gr[j] * pr[j];
-            for (std::int64_t j = 0; j < N; ++j) dx[r * N + j] += pr[j] * (gr[j] - dot);
+            real* dr = dx + r * N;
+            const real dot = lane_sum(N, [&](std::int64_t j) { return gr[j] * pr[j]; });
+            for (std::int64_t j = 0; j < N; ++j) dr[j] += pr[j] * (gr[j] - dot);
         }
     });
 }
@@ -563,48 +800,59 @@ Tensor log_softmax(const Tensor& a) {
     });
 }
 
-// ---- layer_norm ----------------------------------------------------------------------------------------------
+// ---- layer_norm, add_layer_norm ------------------------------------------------------------------------------
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps) {
-    require_defined("layer_norm", x, "input");
-    require_defined("layer_norm", gamma, "gamma");
-    require_defined("layer_norm", beta, "beta");
-    if (x.rank() == 0) fail("layer_norm", "needs at least one axis");
+namespace {
+
+// The kernel of both ops: y = LN(v) with v = x, or v = x + r when a residual r is given (then v is kept for
+// backward, and x and r both receive dv).
+Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
+                       real eps) {
+    require_defined(op, x, "input");
+    if (r) require_defined(op, *r, "residual");
+    require_defined(op, gamma, "gamma");
+    require_defined(op, beta, "beta");
+    if (x.rank() == 0) fail(op, "needs at least one axis");
+    if (r && r->shape() != x.shape()) fail(op, "input " + x.shape().str() + " and residual " + r->shape().str() + " differ");
     const std::int64_t C = x.shape().last(), N = x.shape().rows();
     if (gamma.shape() != Shape{C} || beta.shape() != Shape{C})
-        fail("layer_norm", "input " + x.shape().str() + " needs gamma and beta of shape (" + std::to_string(C) + "), got " +
-                               gamma.shape().str() + " and " + beta.shape().str());
+        fail(op, "input " + x.shape().str() + " needs gamma and beta of shape (" + std::to_string(C) + "), got " +
+                     gamma.shape().str() + " and " + beta.shape().str());
     Tensor out = Tensor::empty(x.shape());
-    Tensor stats = Tensor::empty(Shape{N, 2});  // per row: mean, 1/σ — what backward needs
-    const real *px = x.data(), *w = gamma.data(), *b = beta.data();
-    real *y = out.data(), *st = stats.data();
+    Tensor stats = Tensor::empty(Shape{N, 2});            // per row: mean, 1/σ — what backward needs
+    Tensor sum = r ? Tensor::empty(x.shape()) : x;        // v: what is normalised
+    const real *px = x.data(), *pr = r ? r->data() : nullptr, *w = gamma.data(), *b = beta.data();
+    real *v = sum.data(), *y = out.data(), *st = stats.data();
 #pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
     for (std::int64_t n = 0; n < N; ++n) {
-        const real* xr = px + n * C;
-        real mu = 0;
-        for (std::int64_t c = 0; c < C; ++c) mu += xr[c];
-        mu /= real(C);
-        real var = 0;  // biased variance, as in the paper and PyTorch
-        for (std::int64_t c = 0; c < C; ++c) var += (xr[c] - mu) * (xr[c] - mu);
-        var /= real(C);
+        real* vr = v + n * C;
+        if (pr)
+            for (std::int64_t c = 0; c < C; ++c) vr[c] = px[n * C + c] + pr[n * C + c];  // the residual sum
+        const real mu = lane_sum(C, [&](std::int64_t c) { return vr[c]; }) / real(C);
+        // biased variance, as in the paper and PyTorch
+        const real var = lane_sum(C, [&](std::int64_t c) { return (vr[c] - mu) * (vr[c] - mu); }) / real(C);
         const real rstd = real(1) / std::sqrt(var + eps);  // eps inside the square root
-        for (std::int64_t c = 0; c < C; ++c) y[n * C + c] = (xr[c] - mu) * rstd * w[c] + b[c];
+        for (std::int64_t c = 0; c < C; ++c) y[n * C + c] = (vr[c] - mu) * rstd * w[c] + b[c];
         st[2 * n] = mu;
         st[2 * n + 1] = rstd;
     }
-    if (!needs_grad({&x, &gamma, &beta})) return out;
-    return record("layer_norm", out, {x, gamma, beta}, [N, C, stats](Tensor& y, std::vector<Tensor>& in) {
-        // With x̂ = (x − μ)·rstd and y = x̂·γ + β, for one row of C values:
+    std::vector<Tensor> inputs{x, gamma, beta};
+    if (r) inputs.push_back(*r);
+    if (!needs_grad({&x, r, &gamma, &beta})) return out;
+    return record(op, out, std::move(inputs), [N, C, stats, sum](Tensor& y, std::vector<Tensor>& in) {
+        // With x̂ = (v − μ)·rstd and y = x̂·γ + β, for one row of C values:
         //   dβ_c  += g_c                 (β adds straight through)
         //   dγ_c  += g_c · x̂_c           (γ scales x̂)
         //   dx̂_c   = g_c · γ_c
-        //   dx_c  += rstd · (dx̂_c − mean(dx̂) − x̂_c · mean(dx̂ · x̂))
+        //   dv_c   = rstd · (dx̂_c − mean(dx̂) − x̂_c · mean(dx̂ · x̂))
         // The last line is the chain rule through μ and rstd: the mean(dx̂) term is the path through μ,
-        // the x̂·mean(dx̂·x̂) term the path through the variance.
-        const real *g = y.grad(), *px = in[0].data(), *w = in[1].data(), *st = stats.data();
+        // the x̂·mean(dx̂·x̂) term the path through the variance. dv is added to x's gradient, and to the
+        // residual's when there is one (v = x + r).
+        const real *g = y.grad(), *v = sum.data(), *w = in[1].data(), *st = stats.data();
         real* dx = in[0].requires_grad() ? in[0].grad() : nullptr;
         real* dw = in[1].requires_grad() ? in[1].grad() : nullptr;
         real* db = in[2].requires_grad() ? in[2].grad() : nullptr;
+        real* dr = in.size() > 3 && in[3].requires_grad() ? in[3].grad() : nullptr;
         // γ and β gradients sum over rows. Each thread sums its own block of rows, and the partial sums
         // are added in thread order afterwards, so the result does not depend on timing (bit-identical
         // reruns and resumes).
@@ -616,23 +864,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real
             real* db_local = dw_local + C;
 #pragma omp for schedule(static)
             for (std::int64_t n = 0; n < N; ++n) {
-                const real *gr = g + n * C, *xr = px + n * C;
+                const real *gr = g + n * C, *vr = v + n * C;
                 const real mu = st[2 * n], rstd = st[2 * n + 1];
-                real mean_dxh = 0, mean_dxh_xh = 0;
                 for (std::int64_t c = 0; c < C; ++c) {
-                    const real xh = (xr[c] - mu) * rstd, dxh = gr[c] * w[c];
-                    mean_dxh += dxh;
-                    mean_dxh_xh += dxh * xh;
-                    dw_local[c] += gr[c] * xh;
+                    dw_local[c] += gr[c] * (vr[c] - mu) * rstd;
                     db_local[c] += gr[c];
                 }
-                mean_dxh /= real(C);
-                mean_dxh_xh /= real(C);
-                if (dx)
-                    for (std::int64_t c = 0; c < C; ++c) {
-                        const real xh = (xr[c] - mu) * rstd;
-                        dx[n * C + c] += rstd * (gr[c] * w[c] - mean_dxh - xh * mean_dxh_xh);
-                    }
+                const real mean_dxh = lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c]; }) / real(C);
+                const real mean_dxh_xh =
+                    lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c] * (vr[c] - mu) * rstd; }) / real(C);
+                for (std::int64_t c = 0; c < C; ++c) {
+                    const real dv = rstd * (gr[c] * w[c] - mean_dxh - (vr[c] - mu) * rstd * mean_dxh_xh);
+                    if (dx) dx[n * C + c] += dv;
+                    if (dr) dr[n * C + c] += dv;
+                }
             }
         }
         for (int t = 0; t < threads; ++t) {
@@ -641,6 +886,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real
             for (std::int64_t c = 0; db && c < C; ++c) db[c] += part[C + c];
         }
     });
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps) {
+    return layer_norm_impl("layer_norm", x, nullptr, gamma, beta, eps);
+}
+
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta, real eps) {
+    return layer_norm_impl("add_layer_norm", x, &residual, gamma, beta, eps);
 }
 
 // ---- dropout ---------------------------------------------------------------------------------------------------
@@ -700,14 +955,23 @@ Tensor embedding(const Tensor& table, const std::vector<std::int32_t>& ids, cons
     for (std::int64_t i = 0; i < n; ++i) std::memcpy(y + i * C, w + std::int64_t(ids[i]) * C, C * sizeof(real));
     if (!needs_grad({&table})) return out;
     return record("embedding", out, {table}, [ids, C, padding_idx](Tensor& y, std::vector<Tensor>& in) {
-        // Scatter-add: an id that appears k times receives the sum of its k rows of gradient.
+        // Scatter-add: an id that appears k times receives the sum of its k rows of gradient. Threads split
+        // the columns (a repeated id would make two threads meet on one row), each adding in id order.
         const real* g = y.grad();
         real* dw = in[0].grad();
-        for (std::size_t i = 0; i < ids.size(); ++i) {
-            if (ids[i] == padding_idx) continue;
-            real* row = dw + std::int64_t(ids[i]) * C;
-            const real* gi = g + std::int64_t(i) * C;
-            for (std::int64_t c = 0; c < C; ++c) row[c] += gi[c];
+        const std::int64_t n = static_cast<std::int64_t>(ids.size());
+        constexpr std::int64_t kBlock = 64;
+        const std::int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n * C >= kParallelGrain && blocks > 1)
+        for (std::int64_t blk = 0; blk < blocks; ++blk) {
+            const std::int64_t c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+            for (std::int64_t i = 0; i < n; ++i) {
+                if (ids[i] == padding_idx) continue;
+                real* row = dw + std::int64_t(ids[i]) * C;
+                const real* gi = g + i * C;
+#pragma omp simd
+                for (std::int64_t c = c0; c < c1; ++c) row[c] += gi[c];
+            }
         }
     });
 }
@@ -739,12 +1003,9 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
     for (std::int64_t i = 0; i < N; ++i) {
         if (target[i] == ignore_index) continue;
         const real* xr = x + i * V;
-        real mx = *std::max_element(xr, xr + V);
-        double total = 0, row_sum = 0;
-        for (std::int64_t j = 0; j < V; ++j) {
-            total += std::exp(double(xr[j] - mx));
-            row_sum += xr[j];
-        }
+        const real mx = lane_max(xr, V);
+        const double total = lane_sum(V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); });
+        const double row_sum = lane_sum(V, [&](std::int64_t j) { return xr[j]; });
         const double lse_i = double(mx) + std::log(total);
         l[i] = real(lse_i);
         const double nll = lse_i - xr[target[i]];           // −log p_t
@@ -773,8 +1034,9 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         for (std::int64_t i = 0; i < N; ++i) {
             if (target[i] == ignore_index) continue;
             const real *xr = x + i * V;
+            const real lse_i = l[i];
             real* dr = dx + i * V;
-            for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (std::exp(xr[j] - l[i]) - off);
+            for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - lse_i) - off);
             dr[target[i]] -= g * (on - off);
         }
     });

@@ -67,6 +67,7 @@ struct BenchTrainResult {
     double src_tgt_nonpad_tokens_per_s = 0;
     double achieved_gflop_s = 0;          // train_gflop_per_step / seconds per step
     std::map<std::string, double> phase_ms;  // fwd (forward + loss), bwd, clip, optim: ms per step
+    double cpu_ms_per_step = 0;           // process CPU time (all threads) per timed step: steadier on a busy machine
     double loss_first = 0, loss_last = 0;
     // Greedy decoding (when eval_greedy).
     bool has_greedy = false;
@@ -75,6 +76,7 @@ struct BenchTrainResult {
     // Per-op backward time (when profile > 0): op name -> ms per step.
     std::map<std::string, double> backward_ms_by_op;
     double peak_rss_mb = 0;          // getrusage's ru_maxrss at the end
+    double pool_peak_mb = 0;         // most tensor memory in use at once (pool.h), parameters included
     double rss_after_model_mb = 0;   // ru_maxrss once the model, optimizer and batches exist
 
     nlohmann::json to_json() const;  // torch_ref.py's keys where they are meaningful

@@ -26,10 +26,18 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& a, real s);  // a * s
 
 // ---- matrix products -------------------------------------------------------------------------------
-// op(a) @ op(b), op = optional transpose of the last two axes. a: (..., M, K), b: (..., K, N) with equal
-// leading axes (batched: one product per leading index, split across threads), or b 2-D (K, N) shared by
-// every row of a (then a is treated as one (N·M, K) matrix). Every product runs through BLAS gemm.
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// alpha · op(a) @ op(b), op = optional transpose of the last two axes. a: (..., M, K), b: (..., K, N) with
+// equal leading axes (batched: one product per leading index), or b 2-D (K, N) shared by every row of a
+// (then a is treated as one (N·M, K) matrix). Large products run through BLAS gemm, one after another,
+// each with its rows split across the threads; many small ones (attention's (T, D) @ (D, S)) are split
+// across threads and computed by a plain vectorised loop. alpha folds a scale into the product
+// (attention's 1/√D).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false, real alpha = 1);
+
+// y = x Wᵀ + b: a linear layer in one op. x: (..., in), weight: (out, in) as PyTorch stores it, bias: (out)
+// or undefined (none). One gemm onto rows pre-filled with the bias; backward is two gemms and a column sum
+// of dy for the bias, instead of a matmul and a broadcast add.
+Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- shape ------------------------------------------------------------------------------------------
 Tensor reshape(const Tensor& a, const Shape& shape);          // a view: shares values and gradient
@@ -37,6 +45,9 @@ Tensor permute(const Tensor& a, const std::vector<int>& axes); // out.shape[i] =
 Tensor transpose(const Tensor& a, int i, int j);              // permute swapping two axes
 Tensor concat_last(const std::vector<Tensor>& parts);         // join along the last axis
 Tensor slice_last(const Tensor& a, std::int64_t begin, std::int64_t end);  // a[..., begin:end]
+// Attention heads out of a fused projection, in one copy: x (B, T, W) -> x[..., begin:end] seen as
+// (B, T, H, D) with D = (end − begin) / H, permuted to (B, H, T, D). The Q, K or V part of (B, T, 3C).
+Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::int64_t H);
 
 // ---- reductions -------------------------------------------------------------------------------------
 Tensor sum(const Tensor& a, int axis, bool keepdim = false);
@@ -56,6 +67,10 @@ Tensor log_softmax(const Tensor& a);
 // y = (x − mean) / sqrt(var + eps) · gamma + beta over the last axis C; var is the biased variance.
 // x: (..., C), gamma, beta: (C).
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps = real(1e-5));
+// layer_norm(x + residual, gamma, beta): a post-norm sublayer's "Add & Norm" in one op (one pass, no
+// separate sum and gradient buffers). x and residual have the same shape.
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                      real eps = real(1e-5));
 
 // ---- regularisation -----------------------------------------------------------------------------------
 // Inverted dropout: each value is zeroed with probability p, survivors are scaled by 1/(1−p). The mask of

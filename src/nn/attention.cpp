@@ -43,8 +43,7 @@ Tensor causal_padding_mask(const std::vector<std::int32_t>& ids, std::int64_t B,
 }
 
 Tensor split_heads(const Tensor& x, std::int64_t H) {
-    const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-    return permute(x.reshape({B, T, H, C / H}), {0, 2, 1, 3});  // (B, T, H, D) -> (B, H, T, D)
+    return slice_heads(x, 0, x.size(2), H);  // (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
 }
 
 Tensor merge_heads(const Tensor& x) {
@@ -66,13 +65,13 @@ Tensor MultiHeadAttention::project_q(const Tensor& x) const {
 
 std::pair<Tensor, Tensor> MultiHeadAttention::project_kv(const Tensor& x) const {
     Tensor kv = linear(x, in_proj_weight.rows(C, 3 * C), in_proj_bias.rows(C, 3 * C));  // (B, Tk, 2C)
-    return {split_heads(slice_last(kv, 0, C), H), split_heads(slice_last(kv, C, 2 * C), H)};
+    return {slice_heads(kv, 0, C, H), slice_heads(kv, C, 2 * C, H)};  // K, V: (B, H, Tk, D) each
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                   const Pass& pass) {
-    // scores = Q Kᵀ / √D + mask: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk)
-    Tensor scores = scale(matmul(q, k, false, true), real(1) / std::sqrt(real(D)));
+    // scores = Q Kᵀ / √D + mask: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk), the 1/√D inside the product
+    Tensor scores = matmul(q, k, false, true, real(1) / std::sqrt(real(D)));
     Tensor weights = softmax(scores, mask);  // (B, H, Tq, Tk), each row sums to 1 over the keys
     if (pass.keep_attention) last_weights = weights;
     Tensor context = matmul(dropout(weights, dropout_p, pass), v);  // (B, H, Tq, D)
@@ -88,8 +87,8 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
     if (query.same_storage(key_value) && query.shape() == key_value.shape()) {
         // Self-attention: Q, K, V from one (B, T, C) @ (3C, C)ᵀ product.
         Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)
-        return attend(split_heads(slice_last(qkv, 0, C), H), split_heads(slice_last(qkv, C, 2 * C), H),
-                      split_heads(slice_last(qkv, 2 * C, 3 * C), H), mask, pass);
+        return attend(slice_heads(qkv, 0, C, H), slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask,
+                      pass);  // Q, K, V: (B, H, T, D) each
     }
     auto [k, v] = project_kv(key_value);
     return attend(project_q(query), k, v, mask, pass);

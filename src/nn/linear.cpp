@@ -23,8 +23,7 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias) : weight(make_
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    Tensor y = matmul(x, weight, false, true);  // (..., in) @ (out, in)ᵀ -> (..., out)
-    return bias.defined() ? add(y, bias) : y;
+    return affine(x, weight, bias);  // (..., in) @ (out, in)ᵀ + (out) -> (..., out), one fused op
 }
 
 Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }

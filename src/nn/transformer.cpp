@@ -134,10 +134,17 @@ EncoderLayer::EncoderLayer(const ModelConfig& c)
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
       norm1(c.d_model), norm2(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
 
+namespace {
+// Post-norm "Add & Norm": LN(x + sublayer output), one fused op.
+Tensor add_norm(const LayerNorm& norm, const Tensor& x, const Tensor& sublayer_out) {
+    return add_layer_norm(x, sublayer_out, norm.weight, norm.bias, norm.eps);
+}
+}  // namespace
+
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& mask, const Pass& pass) {
     if (norm == NormPosition::Post) {
-        Tensor h = norm1.forward(add(x, dropout(self_attn.forward(x, x, mask, pass), dropout_p, pass)));
-        return norm2.forward(add(h, dropout(ff.forward(h, pass), dropout_p, pass)));
+        Tensor h = add_norm(norm1, x, dropout(self_attn.forward(x, x, mask, pass), dropout_p, pass));
+        return add_norm(norm2, h, dropout(ff.forward(h, pass), dropout_p, pass));
     }
     Tensor n1 = norm1.forward(x);
     Tensor h = add(x, dropout(self_attn.forward(n1, n1, mask, pass), dropout_p, pass));
@@ -165,9 +172,9 @@ DecoderLayer::DecoderLayer(const ModelConfig& c)
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                              const Pass& pass) {
     if (norm == NormPosition::Post) {
-        Tensor h = norm1.forward(add(x, dropout(self_attn.forward(x, x, self_mask, pass), dropout_p, pass)));
-        h = norm2.forward(add(h, dropout(multihead_attn.forward(h, memory, memory_mask, pass), dropout_p, pass)));
-        return norm3.forward(add(h, dropout(ff.forward(h, pass), dropout_p, pass)));
+        Tensor h = add_norm(norm1, x, dropout(self_attn.forward(x, x, self_mask, pass), dropout_p, pass));
+        h = add_norm(norm2, h, dropout(multihead_attn.forward(h, memory, memory_mask, pass), dropout_p, pass));
+        return add_norm(norm3, h, dropout(ff.forward(h, pass), dropout_p, pass));
     }
     Tensor n1 = norm1.forward(x);
     Tensor h = add(x, dropout(self_attn.forward(n1, n1, self_mask, pass), dropout_p, pass));

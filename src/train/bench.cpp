@@ -5,6 +5,7 @@
 #include "tapeformer/bench.h"
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "tapeformer/decode.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/optim.h"
+#include "tapeformer/pool.h"
 #include "tapeformer/schedule.h"
 
 TF_NAMESPACE_BEGIN
@@ -29,6 +31,12 @@ constexpr int kBatches = 8;  // cycled, as in torch_ref.py
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double process_cpu_ms() {  // CPU time of all threads: robust where the wall clock is shared with other jobs
+    struct timespec ts {};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return 1e3 * double(ts.tv_sec) + 1e-6 * double(ts.tv_nsec);
+}
 
 double peak_rss_mb() {
     struct rusage ru {};
@@ -231,6 +239,7 @@ BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
         std::vector<double> times;
         std::map<std::string, double> phase{{"fwd", 0}, {"bwd", 0}, {"clip", 0}, {"optim", 0}};
         std::int64_t nonpad_src = 0, nonpad_tgt = 0;
+        const double cpu0 = process_cpu_ms();
         for (std::int64_t i = 0; i < o.steps; ++i) {
             const Batch& b = batches[i % kBatches];
             const auto t0 = Clock::now();
@@ -241,6 +250,7 @@ BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
             nonpad_tgt += b.tgt_nonpad;
             nonpad_src += b.src_nonpad;
         }
+        res.cpu_ms_per_step = (process_cpu_ms() - cpu0) / double(o.steps);
         double total = 0;
         for (double t : times) total += t;
         std::vector<double> sorted = times;
@@ -260,10 +270,10 @@ BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
             char buf[512];
             std::snprintf(buf, sizeof buf,
                           "train: %.1f ms/step (median %.1f, min %.1f); %.0f tgt tok/s, %.0f src+tgt tok/s; %.1f GFLOP/s; "
-                          "phases ms: fwd %.1f, bwd %.1f, clip %.1f, optim %.1f; loss %.3f -> %.3f\n",
+                          "phases ms: fwd %.1f, bwd %.1f, clip %.1f, optim %.1f; loss %.3f -> %.3f; CPU %.1f ms/step\n",
                           res.ms_per_step, res.ms_per_step_median, res.ms_per_step_min, res.tgt_tokens_per_s,
                           res.src_tgt_tokens_per_s, res.achieved_gflop_s, res.phase_ms["fwd"], res.phase_ms["bwd"],
-                          res.phase_ms["clip"], res.phase_ms["optim"], res.loss_first, res.loss_last);
+                          res.phase_ms["clip"], res.phase_ms["optim"], res.loss_first, res.loss_last, res.cpu_ms_per_step);
             *log << buf << std::flush;
         }
     }
@@ -320,6 +330,7 @@ BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
         }
     }
     res.peak_rss_mb = peak_rss_mb();
+    res.pool_peak_mb = double(pool_stats().peak_bytes_in_use) / (1024.0 * 1024.0);
     return res;
 }
 
@@ -343,6 +354,7 @@ nlohmann::json BenchTrainResult::to_json() const {
         j["src_tgt_nonpad_tokens_per_s"] = src_tgt_nonpad_tokens_per_s;
         j["achieved_gflop_s"] = achieved_gflop_s;
         j["phase_ms"] = phase_ms;
+        j["cpu_ms_per_step"] = cpu_ms_per_step;
         j["loss_first"] = loss_first;
         j["loss_last"] = loss_last;
     }
@@ -355,6 +367,7 @@ nlohmann::json BenchTrainResult::to_json() const {
     }
     if (!backward_ms_by_op.empty()) j["profile_backward_ms_by_op"] = backward_ms_by_op;
     j["peak_rss_mb"] = peak_rss_mb;
+    j["pool_peak_mb"] = pool_peak_mb;
     j["rss_after_model_mb"] = rss_after_model_mb;
     return j;
 }
