@@ -29,11 +29,11 @@ std::map<std::string, Preset> presets() {
     const std::string m = multi30k_dir();
     return {
         {"toy",
-         {"the toy corpus in data/toy: word vocabulary, small model, about 4 minutes on 2 cores",
+         {"the toy corpus in data/toy: word vocabulary, small model, 800 steps (at most 4.5 minutes of training)",
           {{"train-src", "data/toy/train.src"}, {"train-tgt", "data/toy/train.tgt"}, {"valid-src", "data/toy/valid.src"},
            {"valid-tgt", "data/toy/valid.tgt"}, {"tokenizer", "word"}, {"vocab-size", "0"}, {"tie", "all"},
            {"d-model", "128"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "2"}, {"dropout", "0.1"},
-           {"batch-tokens", "3000"}, {"max-len", "40"}, {"lr", "1.0"}, {"warmup", "400"}, {"time-budget", "3.5"},
+           {"batch-tokens", "3000"}, {"max-len", "40"}, {"lr", "1.0"}, {"warmup", "400"}, {"max-steps", "800"}, {"time-budget", "4.5"},
            {"valid-every", "500"}, {"checkpoint-every", "500"}, {"log-every", "100"}, {"valid-bleu-sentences", "300"}}}},
         {"multi30k",
          {"Multi30k German->English from $TAPEFORMER_MULTI30K (default ../shared/data/multi30k), the reference setup of "
