@@ -136,7 +136,7 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
           {rnd({2, 2, 4, 3}), rnd({2, 2, 4, 5})});
     check("matmul (B,T,C) x W^T (linear)", [](auto& x) { return matmul(x[0], x[1], false, true); },
           {rnd({2, 3, 4}), rnd({5, 4})});
-    // Batched products below kSmallProduct run through small_gemm: every transpose combination, with α.
+    // Many small batched products are split across threads: every transpose combination, with α.
     check("matmul batched 4-D A B alpha", [](auto& x) { return matmul(x[0], x[1], false, false, real(0.3)); },
           {rnd({2, 2, 3, 4}), rnd({2, 2, 4, 5})});
     check("matmul batched 4-D Q K^T alpha", [](auto& x) { return matmul(x[0], x[1], false, true, real(-0.5)); },
@@ -145,7 +145,7 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
           {rnd({3, 4, 3}), rnd({3, 5, 4})});
     check("matmul alpha (A B^T, 2-D)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.125)); },
           {rnd({3, 4}), rnd({5, 4})});
-    // Batched products above it run one BLAS call after another.
+    // Large batched products run one after another, each split by rows (gemm_rows).
     check_sampled("matmul batched large (BLAS per product)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.5)); },
                   {rnd({2, 40, 80}), rnd({2, 90, 80})});
     check("affine x W^T + b", [](auto& x) { return affine(x[0], x[1], x[2]); }, {rnd({2, 3, 4}), rnd({5, 4}), rnd({5})});

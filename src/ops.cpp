@@ -270,53 +270,11 @@ namespace {
 struct MatmulDims {
     std::int64_t batch, M, N, K;
     bool shared_b;  // b is one 2-D matrix used for every row of a
-    bool small;     // many small products (attention): small_gemm on threads, not BLAS
+    bool small;     // many small products (attention): split across threads, one BLAS call each
 };
 
-// Products below this many multiply-adds, when there are several of them, go to small_gemm.
+// Below this many multiply-adds a product is not worth sharing between threads.
 constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
-
-// C = α·op(A)·op(B) + β·C on row-major matrices, for attention's many small products ((T, D)·(D, S) with T,
-// S, D of a few dozen). Plain loops, ordered so that the inner one runs over contiguous memory and
-// vectorises; each row of C is summed in a local array first. These run on over_batch's threads, where a
-// BLAS call per product would cost more than the product itself.
-void small_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* __restrict A,
-                std::int64_t lda, const real* __restrict B, std::int64_t ldb, real beta, real* __restrict C,
-                std::int64_t ldc) {
-    constexpr std::int64_t kMaxN = 256;  // the sums of one row of C live in a local array
-    if (N > kMaxN) {                     // (not attention's case) in blocks of columns
-        for (std::int64_t j0 = 0; j0 < N; j0 += kMaxN)
-            small_gemm(ta, tb, M, std::min(kMaxN, N - j0), K, alpha, A, lda, tb ? B + j0 * ldb : B + j0, ldb, beta,
-                       C + j0, ldc);
-        return;
-    }
-    for (std::int64_t i = 0; i < M; ++i) {
-        real acc[kMaxN];
-        if (!tb) {  // acc = Σ_k op(A)[i, k] · row k of B
-            for (std::int64_t j = 0; j < N; ++j) acc[j] = 0;
-            for (std::int64_t k = 0; k < K; ++k) {
-                const real a = ta ? A[k * lda + i] : A[i * lda + k];
-                const real* __restrict b = B + k * ldb;
-                for (std::int64_t j = 0; j < N; ++j) acc[j] += a * b[j];
-            }
-        } else {    // acc[j] = row i of op(A) · row j of B (stored (N, K))
-            const real* a = ta ? A + i : A + i * lda;  // row i of op(A): stride lda when A is stored transposed
-            for (std::int64_t j = 0; j < N; ++j) {
-                const real* b = B + j * ldb;
-                real dot = 0;
-                if (ta) {
-                    for (std::int64_t k = 0; k < K; ++k) dot += a[k * lda] * b[k];
-                } else {
-#pragma omp simd reduction(+ : dot)
-                    for (std::int64_t k = 0; k < K; ++k) dot += a[k] * b[k];
-                }
-                acc[j] = dot;
-            }
-        }
-        real* __restrict c = C + i * ldc;
-        for (std::int64_t j = 0; j < N; ++j) c[j] = (beta == real(0) ? real(0) : beta * c[j]) + alpha * acc[j];
-    }
-}
 
 // C (M, N) = α·op(A)·op(B) + β·C as one product whose rows are split across the threads, each running BLAS
 // on its block (BLAS runs single-threaded inside our parallel region). One fork and one join per product:
@@ -337,13 +295,15 @@ void gemm_rows(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
     }
 }
 
-// Runs product(i, gemm_fn) for each of the `batch` products: small ones split across threads and computed
-// by small_gemm; large ones one after another, each split by rows across the threads (gemm_rows).
+// Runs product(i, gemm_fn) for each of the `batch` products: small ones (attention's 20×64·64×20) split
+// across threads, each thread calling BLAS for its own products (BLAS runs single-threaded inside our
+// parallel region; OpenBLAS's AVX-512 kernels have a fast path for such small sizes); large ones one after
+// another, each split by rows across the threads (gemm_rows).
 template <class F>
 void over_batch(const MatmulDims& d, F product) {
     if (d.small) {
 #pragma omp parallel for schedule(static) if (d.batch * d.M * d.N * d.K >= kParallelGrain)
-        for (std::int64_t i = 0; i < d.batch; ++i) product(i, small_gemm);
+        for (std::int64_t i = 0; i < d.batch; ++i) product(i, gemm);
     } else {
         for (std::int64_t i = 0; i < d.batch; ++i) product(i, gemm_rows);
     }

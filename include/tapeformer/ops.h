@@ -28,10 +28,9 @@ Tensor scale(const Tensor& a, real s);  // a * s
 // ---- matrix products -------------------------------------------------------------------------------
 // alpha · op(a) @ op(b), op = optional transpose of the last two axes. a: (..., M, K), b: (..., K, N) with
 // equal leading axes (batched: one product per leading index), or b 2-D (K, N) shared by every row of a
-// (then a is treated as one (N·M, K) matrix). Large products run through BLAS gemm, one after another,
-// each with its rows split across the threads; many small ones (attention's (T, D) @ (D, S)) are split
-// across threads and computed by a plain vectorised loop. alpha folds a scale into the product
-// (attention's 1/√D).
+// (then a is treated as one (N·M, K) matrix). Every product runs through BLAS gemm: large ones one after
+// another, each with its rows split across the threads; many small ones (attention's (T, D) @ (D, S))
+// split across the threads. alpha folds a scale into the product (attention's 1/√D).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false, real alpha = 1);
 
 // y = x Wᵀ + b: a linear layer in one op. x: (..., in), weight: (out, in) as PyTorch stores it, bias: (out)
