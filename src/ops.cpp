@@ -45,9 +45,11 @@ inline float exp_fast(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float e_r = p * r * r + r + 1.0f;                         // e^r
-    std::int32_t bits;
+    // Unsigned arithmetic: a NaN input (a diverged loss) gives garbage bits, which must not be undefined
+    // behaviour; the result is NaN anyway through e_r.
+    std::uint32_t bits;
     std::memcpy(&bits, &t, sizeof bits);
-    bits = (bits - 0x4B400000 + 127) << 23;  // minus the bits of `shifter` leaves n; + 127 is the exponent bias
+    bits = (bits - 0x4B400000u + 127u) << 23;  // minus the bits of `shifter` leaves n; + 127 is the exponent bias
     float two_n;
     std::memcpy(&two_n, &bits, sizeof two_n);
     return x < -87.0f ? 0.0f : e_r * two_n;
