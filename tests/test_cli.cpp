@@ -22,52 +22,13 @@
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
 #include "tapeformer/safetensors.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 
+using namespace tf_test;
+
 namespace {
-
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct CliTempDir {
-    fs::path path;
-    CliTempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "tf_cli_XXXXXX").string();
-        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~CliTempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void spit(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-    REQUIRE(out.good());
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-}
-
-// A shell word: 'text' with every ' written as '\''.
-std::string quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-}
 
 // What one run of the executable did.
 struct Run {
@@ -76,16 +37,16 @@ struct Run {
 };
 
 // Runs `tapeformer <args>` (args already quoted as needed) with `input` on stdin, in `scratch`'s files.
-Run run_cli(const CliTempDir& scratch, const std::string& args, const std::string& input = "") {
+Run run_cli(const TempDir& scratch, const std::string& args, const std::string& input = "") {
     const std::string in = scratch / "run.stdin", out = scratch / "run.stdout", err = scratch / "run.stderr";
-    spit(in, input);
-    const std::string command = quote(TF_CLI) + " --threads 1 " + args + " <" + quote(in) + " >" + quote(out) +
-                                " 2>" + quote(err);
+    write_all(in, input);
+    const std::string command = shell_quote(TF_CLI) + " --threads 1 " + args + " <" + shell_quote(in) + " >" + shell_quote(out) +
+                                " 2>" + shell_quote(err);
     const int raw = std::system(command.c_str());
     Run r;
     r.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
+    r.out = read_all(out);
+    r.err = read_all(err);
     return r;
 }
 
@@ -128,12 +89,12 @@ tf::ModelConfig write_model_dir(const std::string& dir) {
 
 // A scratch directory with a model in `model/` and a file `existing.txt` that failures must not touch.
 struct CliFixture {
-    CliTempDir tmp;
+    TempDir tmp;
     std::string model = tmp / "model";
     std::string weights = tmp / "model/model.safetensors";
     std::string existing = tmp / "existing.txt";
     tf::ModelConfig config = write_model_dir(model);
-    CliFixture() { spit(existing, "keep me\n"); }
+    CliFixture() { write_all(existing, "keep me\n"); }
 };
 
 const std::string kInput = "the dog sees a cat\n\na big house\n";
@@ -142,29 +103,29 @@ const std::string kInput = "the dog sees a cat\n\na big house\n";
 
 TEST_CASE("translate reads stdin and writes one translation per input line to stdout", "[cli]") {
     CliFixture f;
-    const Run r = run_cli(f.tmp, "translate --model " + quote(f.model), kInput);
+    const Run r = run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput);
     INFO("stderr: " << r.err);
     REQUIRE(r.status == 0);
     CHECK(r.err.empty());  // stderr is no terminal: no progress line; nothing was cut: no note
-    const auto out = lines_of(r.out);
+    const auto out = split_lines(r.out);
     REQUIRE(out.size() == 3);
     CHECK(out[1].empty());  // an empty line stays empty
 
     SECTION("--input and --output give the same translations in a file, nothing on stdout") {
-        spit(f.tmp / "in.txt", kInput);
-        const Run w = run_cli(f.tmp, "translate --model " + quote(f.model) + " --input " + quote(f.tmp / "in.txt") +
-                                         " --output " + quote(f.existing) + " --beam 3 --length-penalty 0.6");
+        write_all(f.tmp / "in.txt", kInput);
+        const Run w = run_cli(f.tmp, "translate --model " + shell_quote(f.model) + " --input " + shell_quote(f.tmp / "in.txt") +
+                                         " --output " + shell_quote(f.existing) + " --beam 3 --length-penalty 0.6");
         REQUIRE(w.status == 0);
         CHECK(w.out.empty());
-        CHECK(lines_of(slurp(f.existing)).size() == 3);
-        CHECK(lines_of(slurp(f.existing))[1].empty());
+        CHECK(split_lines(read_all(f.existing)).size() == 3);
+        CHECK(split_lines(read_all(f.existing))[1].empty());
     }
     SECTION("a source longer than the model's positional table is cut, with a note on stderr") {
         std::string long_line;
         for (int i = 0; i < 40; ++i) long_line += "the dog ";
-        const Run w = run_cli(f.tmp, "translate --model " + quote(f.model), long_line + "\na dog\n");
+        const Run w = run_cli(f.tmp, "translate --model " + shell_quote(f.model), long_line + "\na dog\n");
         REQUIRE(w.status == 0);
-        CHECK(lines_of(w.out).size() == 2);
+        CHECK(split_lines(w.out).size() == 2);
         CHECK(std::count(w.err.begin(), w.err.end(), '\n') == 1);
         CHECK_THAT(w.err, Catch::Contains("1 of 2") && Catch::Contains("15"));
     }
@@ -173,12 +134,12 @@ TEST_CASE("translate reads stdin and writes one translation per input line to st
 TEST_CASE("encode prints the pieces or ids the model sees, one line per input line", "[cli]") {
     CliFixture f;
     const std::string input = "the dog zebra\n\na cat\n";
-    const Run pieces = run_cli(f.tmp, "encode --model " + quote(f.model), input);
+    const Run pieces = run_cli(f.tmp, "encode --model " + shell_quote(f.model), input);
     REQUIRE(pieces.status == 0);
     CHECK(pieces.out == "the dog <unk>\n\na cat\n");
 
     const tf::TokenizerPair tok = tf::TokenizerPair::load(f.model);
-    const Run ids = run_cli(f.tmp, "encode --ids --side tgt --model " + quote(f.model), input);
+    const Run ids = run_cli(f.tmp, "encode --ids --side tgt --model " + shell_quote(f.model), input);
     REQUIRE(ids.status == 0);
     std::string expected;
     for (const char* line : {"the dog zebra", "", "a cat"}) {
@@ -189,7 +150,7 @@ TEST_CASE("encode prints the pieces or ids the model sees, one line per input li
     CHECK(ids.out == expected);
     CHECK_THAT(ids.out, Catch::Contains(" 3\n"));  // zebra is <unk>
 
-    const Run bad_side = run_cli(f.tmp, "encode --side both --model " + quote(f.model), input);
+    const Run bad_side = run_cli(f.tmp, "encode --side both --model " + shell_quote(f.model), input);
     check_one_line_error(bad_side, "--side");
 }
 
@@ -200,15 +161,15 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
         src += kSources[i] + "\n";
         ref += kTargets[i] + "\n";
     }
-    spit(f.tmp / "test.src", src);
-    spit(f.tmp / "test.ref", ref);
-    const std::string files = " --model " + quote(f.model) + " --src " + quote(f.tmp / "test.src") + " --ref " +
-                              quote(f.tmp / "test.ref");
+    write_all(f.tmp / "test.src", src);
+    write_all(f.tmp / "test.ref", ref);
+    const std::string files = " --model " + shell_quote(f.model) + " --src " + shell_quote(f.tmp / "test.src") + " --ref " +
+                              shell_quote(f.tmp / "test.ref");
 
-    const Run json = run_cli(f.tmp, "eval --json" + files + " --output-hyp " + quote(f.tmp / "hyp.txt"));
+    const Run json = run_cli(f.tmp, "eval --json" + files + " --output-hyp " + shell_quote(f.tmp / "hyp.txt"));
     INFO("stderr: " << json.err);
     REQUIRE(json.status == 0);
-    REQUIRE(lines_of(json.out).size() == 1);
+    REQUIRE(split_lines(json.out).size() == 1);
     const nlohmann::json j = nlohmann::json::parse(json.out);
     for (const char* key : {"bleu", "chrf", "loss", "nll", "ppl"}) {
         INFO(key);
@@ -220,15 +181,15 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
     CHECK(j["loss"].get<double>() > 0);
     CHECK(j["ppl"].get<double>() == Approx(std::exp(j["nll"].get<double>())));
     CHECK_THAT(j["signature"].get<std::string>(), Catch::StartsWith("nrefs:1|") && Catch::Contains("tok:13a"));
-    CHECK(lines_of(slurp(f.tmp / "hyp.txt")).size() == kSources.size());
+    CHECK(split_lines(read_all(f.tmp / "hyp.txt")).size() == kSources.size());
 
     // The hypotheses file holds what translate prints.
-    const Run tr = run_cli(f.tmp, "translate --model " + quote(f.model) + " --input " + quote(f.tmp / "test.src"));
-    CHECK(tr.out == slurp(f.tmp / "hyp.txt"));
+    const Run tr = run_cli(f.tmp, "translate --model " + shell_quote(f.model) + " --input " + shell_quote(f.tmp / "test.src"));
+    CHECK(tr.out == read_all(f.tmp / "hyp.txt"));
 
     const Run text = run_cli(f.tmp, "eval --label-smoothing 0" + files);
     REQUIRE(text.status == 0);
-    const auto out = lines_of(text.out);
+    const auto out = split_lines(text.out);
     REQUIRE(out.size() == 5);
     CHECK_THAT(out[0], Catch::StartsWith("BLEU = ") && Catch::Contains("(BP = "));
     CHECK_THAT(out[1], Catch::Contains("nrefs:1|"));
@@ -237,15 +198,15 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
 }
 
 TEST_CASE("data toy writes the six files of data/toy byte for byte", "[cli]") {
-    CliTempDir tmp;
-    const Run r = run_cli(tmp, "data toy --out " + quote(tmp / "toy"));
+    TempDir tmp;
+    const Run r = run_cli(tmp, "data toy --out " + shell_quote(tmp / "toy"));
     INFO("stderr: " << r.err);
     REQUIRE(r.status == 0);
     for (const char* name : {"train.src", "train.tgt", "valid.src", "valid.tgt", "test.src", "test.tgt"}) {
         INFO(name);
-        const std::string committed = slurp((fs::path(TF_SOURCE_DIR) / "data/toy" / name).string());
+        const std::string committed = read_all((fs::path(TF_SOURCE_DIR) / "data/toy" / name).string());
         REQUIRE(!committed.empty());
-        CHECK(slurp(tmp / ("toy/" + std::string(name))) == committed);
+        CHECK(read_all(tmp / ("toy/" + std::string(name))) == committed);
     }
 
     const Run group = run_cli(tmp, "data");
@@ -256,7 +217,7 @@ TEST_CASE("data toy writes the six files of data/toy byte for byte", "[cli]") {
 }
 
 TEST_CASE("every flag of the inference commands has a help line with its default", "[cli]") {
-    CliTempDir tmp;
+    TempDir tmp;
     const Run translate = run_cli(tmp, "translate --help");
     CHECK(translate.status == 0);
     for (const char* flag : {"--model", "--input", "--output", "--beam", "--length-penalty", "--max-len",
@@ -270,7 +231,7 @@ TEST_CASE("every flag of the inference commands has a help line with its default
 TEST_CASE("bad model directories fail with one line naming the problem and leave --output alone", "[cli]") {
     CliFixture f;
     auto translate_to_existing = [&](const std::string& model_dir) {
-        return run_cli(f.tmp, "translate --model " + quote(model_dir) + " --output " + quote(f.existing), kInput);
+        return run_cli(f.tmp, "translate --model " + shell_quote(model_dir) + " --output " + shell_quote(f.existing), kInput);
     };
 
     SECTION("a missing directory") {
@@ -282,13 +243,13 @@ TEST_CASE("bad model directories fail with one line naming the problem and leave
     }
     SECTION("a truncated model.safetensors") {
         const std::string bytes = tf::read_file(f.weights);
-        spit(f.weights, bytes.substr(0, bytes.size() / 2));
+        write_all(f.weights, bytes.substr(0, bytes.size() / 2));
         check_one_line_error(translate_to_existing(f.model), f.weights);
     }
     SECTION("a corrupted model.safetensors: one flipped data byte fails the checksum") {
         std::string bytes = tf::read_file(f.weights);
         bytes[bytes.size() - 3] ^= 0x10;  // inside the last tensor's values
-        spit(f.weights, bytes);
+        write_all(f.weights, bytes);
         check_one_line_error(translate_to_existing(f.model), "checksum mismatch");
     }
     SECTION("a model.safetensors of another format version") {
@@ -305,33 +266,33 @@ TEST_CASE("bad model directories fail with one line naming the problem and leave
         fs::remove(fs::path(f.model) / "vocab.txt");
         check_one_line_error(translate_to_existing(f.model), "vocab.txt");
     }
-    CHECK(slurp(f.existing) == "keep me\n");
+    CHECK(read_all(f.existing) == "keep me\n");
 
     SECTION("eval and encode report the same problems") {
         const std::string missing = f.tmp / "no_such_model";
-        spit(f.tmp / "a.txt", "a dog\n");
-        check_one_line_error(run_cli(f.tmp, "eval --model " + quote(missing) + " --src " + quote(f.tmp / "a.txt") +
-                                                " --ref " + quote(f.tmp / "a.txt")),
+        write_all(f.tmp / "a.txt", "a dog\n");
+        check_one_line_error(run_cli(f.tmp, "eval --model " + shell_quote(missing) + " --src " + shell_quote(f.tmp / "a.txt") +
+                                                " --ref " + shell_quote(f.tmp / "a.txt")),
                              "no_such_model");
-        check_one_line_error(run_cli(f.tmp, "encode --model " + quote(missing), "a dog\n"), "no_such_model");
+        check_one_line_error(run_cli(f.tmp, "encode --model " + shell_quote(missing), "a dog\n"), "no_such_model");
     }
 }
 
 TEST_CASE("bad inputs and flags fail with one line naming the problem", "[cli]") {
     CliFixture f;
-    const std::string model = " --model " + quote(f.model);
+    const std::string model = " --model " + shell_quote(f.model);
 
     SECTION("a missing --input file") {
-        check_one_line_error(run_cli(f.tmp, "translate" + model + " --input " + quote(f.tmp / "nope.txt") +
-                                                " --output " + quote(f.existing)),
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --input " + shell_quote(f.tmp / "nope.txt") +
+                                                " --output " + shell_quote(f.existing)),
                              "nope.txt");
-        check_one_line_error(run_cli(f.tmp, "encode" + model + " --input " + quote(f.tmp / "nope.txt")), "nope.txt");
+        check_one_line_error(run_cli(f.tmp, "encode" + model + " --input " + shell_quote(f.tmp / "nope.txt")), "nope.txt");
     }
     SECTION("eval with source and reference files of different lengths names both counts") {
-        spit(f.tmp / "three.src", "a dog\nthe cat\na big house\n");
-        spit(f.tmp / "two.ref", "lo karo\nla kata\n");
-        const Run r = run_cli(f.tmp, "eval" + model + " --src " + quote(f.tmp / "three.src") + " --ref " +
-                                         quote(f.tmp / "two.ref") + " --output-hyp " + quote(f.existing));
+        write_all(f.tmp / "three.src", "a dog\nthe cat\na big house\n");
+        write_all(f.tmp / "two.ref", "lo karo\nla kata\n");
+        const Run r = run_cli(f.tmp, "eval" + model + " --src " + shell_quote(f.tmp / "three.src") + " --ref " +
+                                         shell_quote(f.tmp / "two.ref") + " --output-hyp " + shell_quote(f.existing));
         check_one_line_error(r, "three.src' has 3 lines");
         CHECK_THAT(r.err, Catch::Contains("two.ref' has 2"));
     }
@@ -348,18 +309,18 @@ TEST_CASE("bad inputs and flags fail with one line naming the problem", "[cli]")
         check_one_line_error(run_cli(f.tmp, "translate" + model + " --length-penalty -1", kInput), "--length-penalty");
         check_one_line_error(run_cli(f.tmp, "translate" + model + " --batch-tokens 0", kInput), "--batch-tokens");
         check_one_line_error(run_cli(f.tmp, "translate" + model + " --beam two", kInput), "--beam");
-        spit(f.tmp / "a.txt", "a dog\n");
-        check_one_line_error(run_cli(f.tmp, "eval" + model + " --src " + quote(f.tmp / "a.txt") + " --ref " +
-                                                quote(f.tmp / "a.txt") + " --label-smoothing 1"),
+        write_all(f.tmp / "a.txt", "a dog\n");
+        check_one_line_error(run_cli(f.tmp, "eval" + model + " --src " + shell_quote(f.tmp / "a.txt") + " --ref " +
+                                                shell_quote(f.tmp / "a.txt") + " --label-smoothing 1"),
                              "--label-smoothing");
-        check_one_line_error(run_cli(f.tmp, "data toy --out " + quote(f.tmp / "toy") + " --train -1"), "--train");
+        check_one_line_error(run_cli(f.tmp, "data toy --out " + shell_quote(f.tmp / "toy") + " --train -1"), "--train");
     }
     SECTION("a missing required flag") {
         check_one_line_error(run_cli(f.tmp, "translate", kInput), "--model");
     }
     SECTION("an --output in a directory that does not exist fails before translating") {
-        check_one_line_error(run_cli(f.tmp, "translate" + model + " --output " + quote(f.tmp / "no/dir/out.txt"), kInput),
+        check_one_line_error(run_cli(f.tmp, "translate" + model + " --output " + shell_quote(f.tmp / "no/dir/out.txt"), kInput),
                              "no/dir");
     }
-    CHECK(slurp(f.existing) == "keep me\n");
+    CHECK(read_all(f.existing) == "keep me\n");
 }

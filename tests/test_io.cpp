@@ -10,25 +10,13 @@
 #include <string>
 
 #include "tapeformer/io.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 
-namespace {
+using namespace tf_test;
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct IoTempDir {
-    fs::path path;
-    IoTempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "tf_io_XXXXXX").string();
-        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~IoTempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+namespace {
 
 // Names in `dir` that look like our temporary files.
 int count_tmp_files(const fs::path& dir) {
@@ -75,7 +63,7 @@ TEST_CASE("crc32c agrees with the bitwise definition at every length and in piec
 }
 
 TEST_CASE("write_file_atomic writes, replaces, and leaves no temporary file", "[io]") {
-    IoTempDir dir;
+    TempDir dir;
     const std::string path = dir / "out.bin";
     const std::string bytes("a\0b\xff\n", 5);
     tf::write_file_atomic(path, bytes);
@@ -88,7 +76,7 @@ TEST_CASE("write_file_atomic writes, replaces, and leaves no temporary file", "[
 }
 
 TEST_CASE("write_file_atomic fails cleanly when the parent directory does not exist", "[io]") {
-    IoTempDir dir;
+    TempDir dir;
     const std::string path = dir / "no_such_dir/out.bin";
     try {
         tf::write_file_atomic(path, "data");
@@ -103,7 +91,7 @@ TEST_CASE("write_file_atomic fails cleanly when the parent directory does not ex
 }
 
 TEST_CASE("write_file_atomic leaves the existing file untouched when it cannot write", "[io]") {
-    IoTempDir dir;
+    TempDir dir;
     const std::string path = dir / "model.safetensors";
     tf::write_file_atomic(path, "old contents");
     // Block the temporary file's name with a directory: open() fails (as root, permissions would not).
@@ -116,7 +104,7 @@ TEST_CASE("write_file_atomic leaves the existing file untouched when it cannot w
 }
 
 TEST_CASE("write_file_atomic removes its temporary file when the rename fails", "[io]") {
-    IoTempDir dir;
+    TempDir dir;
     // The target is a non-empty directory: the temporary file is written, then rename() refuses.
     const std::string path = dir / "target";
     fs::create_directory(path);
@@ -127,7 +115,7 @@ TEST_CASE("write_file_atomic removes its temporary file when the rename fails", 
 }
 
 TEST_CASE("read_file names the path and the reason", "[io]") {
-    IoTempDir dir;
+    TempDir dir;
     const std::string missing = dir / "missing.bin";
     CHECK_THROWS_WITH(tf::read_file(missing),
                       Catch::Contains(missing) && Catch::Contains("No such file or directory"));

@@ -16,25 +16,14 @@
 
 #include "tapeformer/io.h"
 #include "tapeformer/safetensors.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 using tf::real;
 
-namespace {
+using namespace tf_test;
 
-struct StTempDir {
-    fs::path path;
-    StTempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "tf_st_XXXXXX").string();
-        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~StTempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+namespace {
 
 std::string le64(std::uint64_t n) {
     std::string s;
@@ -91,7 +80,7 @@ tf::Tensor iota(const tf::Shape& shape, real start = 0) {
 }  // namespace
 
 TEST_CASE("safetensors round trip keeps names, shapes, values and metadata", "[safetensors]") {
-    StTempDir dir;
+    TempDir dir;
     const std::string path = dir / "model.safetensors";
     tf::ParamList tensors = {
         {"encoder.layers.0.norm1.weight", iota({16}, 1)},
@@ -162,7 +151,7 @@ TEST_CASE("safetensors reads a file laid out as Python writes it (I64 and F64, p
         "\"w\":{\"dtype\":\"F64\",\"shape\":[2,2],\"data_offsets\":[24,56]}}";
     const std::string data = raw_bytes(std::vector<std::int64_t>{-1, 0, 40000}) +
                              raw_bytes(std::vector<double>{0.5, -1.25, 1e-3, 3.0});
-    StTempDir dir;
+    TempDir dir;
     const std::string path = dir / "python.safetensors";
     tf::write_file_atomic(path, assemble(header, data));
 
@@ -349,7 +338,7 @@ TEST_CASE("safetensors never crashes on random bytes or random corruptions", "[s
 }
 
 TEST_CASE("safetensors checksum is stored when asked and catches a flipped data byte", "[safetensors]") {
-    StTempDir dir;
+    TempDir dir;
     const std::string path = dir / "model.safetensors";
     tf::ParamList tensors = {{"w", iota({4, 4})}, {"b", iota({4})}};
     tf::save_safetensors(path, tensors, {{"format", "pt"}}, /*with_checksum=*/true);
@@ -382,7 +371,7 @@ TEST_CASE("save_safetensors refuses undefined, duplicate and reserved names", "[
 }
 
 TEST_CASE("load_into copies values and names the first mismatch", "[safetensors]") {
-    StTempDir dir;
+    TempDir dir;
     const std::string path = dir / "model.safetensors";
     tf::save_safetensors(path, {{"enc.w", iota({2, 3}, 1)}, {"enc.b", iota({3}, 10)}});
     const tf::SafetensorsFile f = tf::load_safetensors(path);

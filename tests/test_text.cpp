@@ -8,26 +8,13 @@
 #include <unistd.h>
 
 #include "tapeformer/data/text.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 
-namespace {
+using namespace tf_test;
 
-// A fresh directory under the system temp dir, removed with everything in it at the end of the test.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static int counter = 0;
-        path = fs::temp_directory_path() /
-               ("tapeformer_text_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        fs::create_directories(path);
-    }
-    ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-    std::string write(const std::string& name, const std::string& bytes) const {
-        std::ofstream(path / name, std::ios::binary) << bytes;
-        return (path / name).string();
-    }
-};
+namespace {
 
 std::string error_of(const std::function<void()>& f) {
     try {
@@ -42,8 +29,8 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST_CASE("read_parallel trims lines, strips \\r and skips pairs with an empty side", "[text]") {
     TempDir dir;
-    std::string src = dir.write("a.de", "\xEF\xBB\xBF" "ein Haus\r\n  zwei  \n\n\t\nvier\r\nfünf");
-    std::string tgt = dir.write("a.en", "a house\r\ntwo\nthree\n \n\nfive\n");
+    std::string src = write_file(dir, "a.de", "\xEF\xBB\xBF" "ein Haus\r\n  zwei  \n\n\t\nvier\r\nfünf");
+    std::string tgt = write_file(dir, "a.en", "a house\r\ntwo\nthree\n \n\nfive\n");
     tf::ParallelText text = tf::read_parallel(src, tgt);
     REQUIRE(text.size() == 3);
     CHECK(text.source == std::vector<std::string>{"ein Haus", "zwei", "fünf"});
@@ -57,8 +44,8 @@ TEST_CASE("read_parallel trims lines, strips \\r and skips pairs with an empty s
 
 TEST_CASE("read_parallel names both files and both line counts when they differ", "[text]") {
     TempDir dir;
-    std::string src = dir.write("train.de", "a\nb\nc\n");
-    std::string tgt = dir.write("train.en", "a\nb\n");
+    std::string src = write_file(dir, "train.de", "a\nb\nc\n");
+    std::string tgt = write_file(dir, "train.en", "a\nb\n");
     std::string msg = error_of([&] { tf::read_parallel(src, tgt); });
     CHECK_THAT(msg, Catch::Contains(src) && Catch::Contains(tgt) && Catch::Contains("3 lines") &&
                         Catch::Contains("has 2"));
@@ -66,8 +53,8 @@ TEST_CASE("read_parallel names both files and both line counts when they differ"
 
 TEST_CASE("invalid UTF-8 is reported with the file and the 1-based line", "[text]") {
     TempDir dir;
-    std::string src = dir.write("bad.de", "gut\nauch gut\nschl\xFF" "cht\n");
-    std::string tgt = dir.write("ok.en", "good\nalso good\nbad\n");
+    std::string src = write_file(dir, "bad.de", "gut\nauch gut\nschl\xFF" "cht\n");
+    std::string tgt = write_file(dir, "ok.en", "good\nalso good\nbad\n");
     std::string msg = error_of([&] { tf::read_parallel(src, tgt); });
     CHECK_THAT(msg, Catch::Contains(src + ":3:") && Catch::Contains("invalid UTF-8") && Catch::Contains("0xFF"));
     CHECK_THAT(error_of([&] { tf::read_lines(src); }), Catch::Contains(src + ":3:"));
@@ -76,7 +63,7 @@ TEST_CASE("invalid UTF-8 is reported with the file and the 1-based line", "[text
 TEST_CASE("a missing or unreadable file is reported with its path and the reason", "[text]") {
     TempDir dir;
     std::string missing = (dir.path / "nope.txt").string();
-    std::string ok = dir.write("ok.txt", "x\n");
+    std::string ok = write_file(dir, "ok.txt", "x\n");
     CHECK_THAT(error_of([&] { tf::read_parallel(missing, ok); }),
                Catch::Contains(missing) && Catch::Contains("No such file"));
     CHECK_THAT(error_of([&] { tf::read_parallel(ok, missing); }), Catch::Contains(missing));
@@ -85,11 +72,11 @@ TEST_CASE("a missing or unreadable file is reported with its path and the reason
 
 TEST_CASE("read_lines keeps empty lines so output can be written line for line", "[text]") {
     TempDir dir;
-    std::string path = dir.write("in.txt", "one \r\n\n  three\n");
+    std::string path = write_file(dir, "in.txt", "one \r\n\n  three\n");
     CHECK(tf::read_lines(path) == std::vector<std::string>{"one", "", "three"});
     std::istringstream in("a\n\nb");
     CHECK(tf::read_lines(in, "<stdin>") == std::vector<std::string>{"a", "", "b"});
-    CHECK(tf::read_lines(dir.write("empty.txt", "")).empty());
+    CHECK(tf::read_lines(write_file(dir, "empty.txt", "")).empty());
 }
 
 TEST_CASE("find_invalid_utf8 accepts well-formed UTF-8 and points at the first bad byte", "[text]") {

@@ -7,22 +7,13 @@
 #include <unistd.h>
 
 #include "tapeformer/data/tokenizer.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 
-namespace {
+using namespace tf_test;
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static int counter = 0;
-        path = fs::temp_directory_path() /
-               ("tapeformer_tokenizer_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        fs::create_directories(path);
-    }
-    ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-    std::string str() const { return path.string(); }
-};
+namespace {
 
 // `n` sentences of 3..10 words drawn from `words` by a fixed linear congruential generator.
 std::vector<std::string> synthetic_corpus(const std::vector<std::string>& words, int n, std::uint32_t seed) {

@@ -14,25 +14,13 @@
 #include <unistd.h>
 
 #include "tapeformer/data/toy.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 
+using namespace tf_test;
+
 namespace {
-
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    REQUIRE(in.good());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-}
 
 std::vector<std::string> words_of(const std::string& line) {
     std::vector<std::string> words;
@@ -40,19 +28,6 @@ std::vector<std::string> words_of(const std::string& line) {
     for (std::string w; in >> w;) words.push_back(w);
     return words;
 }
-
-// A fresh directory under the system temp dir, removed when the test ends.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        path = fs::temp_directory_path() / ("tapeformer_test_toy_" + std::to_string(::getpid()));
-        fs::remove_all(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 const char* const kFiles[] = {"train.src", "train.tgt", "valid.src", "valid.tgt", "test.src", "test.tgt"};
 
@@ -64,8 +39,8 @@ TEST_CASE("toy corpus: the committed data/toy files are what write_toy_corpus wr
     const fs::path committed = fs::path(TF_SOURCE_DIR) / "data" / "toy";
     for (const char* name : kFiles) {
         INFO(name);
-        const std::string generated = read_file(tmp.path / "toy" / name);
-        CHECK(generated == read_file(committed / name));
+        const std::string generated = read_all((tmp.path / "toy" / name).string());
+        CHECK(generated == read_all((committed / name).string()));
         CHECK(!fs::exists(tmp.path / "toy" / (std::string(name) + ".tmp")));  // renamed into place
     }
 }
@@ -75,7 +50,7 @@ TEST_CASE("toy corpus: files are aligned, the right size and end every line with
     const std::map<std::string, std::size_t> expected = {{"train", 20000}, {"valid", 1000}, {"test", 1000}};
     for (const auto& [split, count] : expected) {
         INFO(split);
-        const std::string src = read_file(dir / (split + ".src")), tgt = read_file(dir / (split + ".tgt"));
+        const std::string src = read_all((dir / (split + ".src")).string()), tgt = read_all((dir / (split + ".tgt")).string());
         REQUIRE(!src.empty());
         CHECK(src.back() == '\n');
         CHECK(tgt.back() == '\n');

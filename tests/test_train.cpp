@@ -28,58 +28,20 @@
 #include "tapeformer/checkpoint.h"
 #include "tapeformer/safetensors.h"
 #include "tapeformer/train.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
+using namespace tf_test;
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct TrainTempDir {
-    fs::path path;
-    TrainTempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "tf_train_XXXXXX").string();
-        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~TrainTempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+namespace {
 
 // train() sets the global thread count; put back what the rest of the test binary had.
 struct ThreadsGuard {
     int before = tf::num_threads();
     ~ThreadsGuard() { tf::set_threads(before); }
 };
-
-std::string read_all(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void write_all(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-    REQUIRE(out.good());
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-}
-
-std::string join_lines(const std::vector<std::string>& lines) {
-    std::string out;
-    for (const auto& l : lines) out += l + "\n";
-    return out;
-}
 
 // The first `n` lines of data/toy/<name>.
 std::vector<std::string> toy_lines(const std::string& name, std::size_t n) {
@@ -90,7 +52,7 @@ std::vector<std::string> toy_lines(const std::string& name, std::size_t n) {
 
 // A small parallel corpus in a temp dir: the first lines of the toy training and validation sets.
 struct Corpus {
-    TrainTempDir tmp;
+    TempDir tmp;
     std::string train_src = tmp / "train.src", train_tgt = tmp / "train.tgt";
     std::string valid_src = tmp / "valid.src", valid_tgt = tmp / "valid.tgt";
     explicit Corpus(std::size_t train_lines = 150, std::size_t valid_lines = 40) {
@@ -176,12 +138,6 @@ std::string checkpoint_name(std::int64_t step) {
 
 // ---- the executable --------------------------------------------------------------------------------------
 
-std::string shell_quote(const std::string& s) {
-    std::string q = "'";
-    for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-    return q + "'";
-}
-
 struct CliRun {
     int status = -1;  // exit status; -1 when it did not exit normally
     std::string err;
@@ -193,7 +149,7 @@ struct CliRun {
 };
 
 // `tapeformer --threads 1 train <args>` (args already quoted), stdout discarded, stderr captured.
-CliRun run_train(const TrainTempDir& scratch, const std::string& args) {
+CliRun run_train(const TempDir& scratch, const std::string& args) {
     const std::string err = scratch / "cli.stderr";
     const std::string command =
         shell_quote(TF_CLI) + " --threads 1 train " + args + " </dev/null >/dev/null 2>" + shell_quote(err);
@@ -287,7 +243,7 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
     const int valid_every = GENERATE(0, 2, 3);
     INFO("valid_every " << valid_every);
     Corpus corpus(180, 20);  // 6 batches per epoch: step 4 is inside the first epoch, step 8 in the second
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string straight = tmp / "straight", split = tmp / "split";
 
     tf::TrainConfig c = tiny_config(corpus, straight);
@@ -364,7 +320,7 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
 
 TEST_CASE("train: a second run into the same --out is refused without --resume or --force", "[train]") {
     Corpus corpus(100);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string out = tmp / "run";
     const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 2");
     INFO(first.err);
@@ -398,7 +354,7 @@ TEST_CASE("train: a second run into the same --out is refused without --resume o
 
 TEST_CASE("train: bad data files are one line on stderr naming the file", "[train]") {
     Corpus corpus(50);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string out = tmp / "run";
     auto flags = [&](const std::string& src, const std::string& tgt) {
         return "--train-src " + shell_quote(src) + " --train-tgt " + shell_quote(tgt) +
@@ -439,7 +395,7 @@ TEST_CASE("train: bad data files are one line on stderr naming the file", "[trai
 
 TEST_CASE("train: bad settings are one line on stderr naming the setting", "[train]") {
     Corpus corpus(50);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string base = tiny_flags(corpus, tmp / "run");
 
     SECTION("an unknown preset") {
@@ -480,7 +436,7 @@ TEST_CASE("train: bad settings are one line on stderr naming the setting", "[tra
 
 TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[train]") {
     Corpus corpus(80);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string out = tmp / "run";
     const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3 --checkpoint-every 1 --keep 2");
     INFO(first.err);
@@ -500,9 +456,11 @@ TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[
         CHECK(read_all(out + "/metrics.jsonl") == metrics);
         CHECK((read_all(path) == bytes));
     }
-    SECTION("the last checkpoint cut short") {
+    SECTION("the last checkpoint cut short: refused, naming the older kept one") {
         write_all(path, bytes.substr(0, bytes.size() / 2));
-        check_failed_late(run_train(tmp, resume), path);
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path);
+        CHECK_THAT(r.last_err_line(), Catch::Contains("continues from " + checkpoint_name(2)));
     }
     SECTION("a flipped byte in the last checkpoint: the checksum") {
         std::string bad = bytes;
@@ -528,8 +486,61 @@ TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[
     CHECK(of_type(read_metrics(out), "train").size() == 3);
 }
 
+TEST_CASE("train: with the damaged last checkpoint deleted, --resume continues from the older kept one", "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3 --checkpoint-every 1 --keep 2");
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const auto losses = of_type(read_metrics(out), "train");
+    REQUIRE(losses.size() == 3);
+    fs::remove(out + "/" + checkpoint_name(3));
+
+    const CliRun r = run_train(tmp, "--resume --max-steps 4 --out " + shell_quote(out));
+    INFO(r.err);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains("resuming from the newest kept one, " + checkpoint_name(2)));
+    CHECK_THAT(r.err, Catch::Contains("(step 2,"));
+    const auto after = of_type(read_metrics(out), "train");
+    REQUIRE(after.size() == 4);
+    CHECK(after[2].at("loss") == losses[2].at("loss"));  // step 3 again, the same as the first time
+    const json state = read_state(out);
+    CHECK(state.at("last") == checkpoint_name(4));
+    CHECK(state.at("kept") == json({checkpoint_name(3), checkpoint_name(4)}));
+}
+
+TEST_CASE("train: a run stopped before its first checkpoint is refused without --resume, and --resume starts it over",
+          "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3");
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const auto losses = of_type(read_metrics(out), "train");
+    REQUIRE(losses.size() == 3);
+    // What a crash at step 2 leaves: the settings, the tokenizer, two lines of metrics, no checkpoint.
+    fs::remove_all(out + "/checkpoints");
+    fs::remove(out + "/state.json");
+    fs::remove(out + "/model.safetensors");
+    const auto lines = split_lines(read_all(out + "/metrics.jsonl"));
+    write_all(out + "/metrics.jsonl", join_lines({lines[0], lines[1]}));
+
+    check_refused(run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3"), "--resume");
+    const CliRun r = run_train(tmp, "--resume --out " + shell_quote(out));
+    INFO(r.err);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains("starting it from step 0"));
+    const auto after = of_type(read_metrics(out), "train");
+    REQUIRE(after.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(after[i].at("loss") == losses[i].at("loss"));
+    CHECK(read_state(out).at("step") == 3);
+    CHECK_NOTHROW(tf::load_model_dir(out));
+}
+
 TEST_CASE("train: empty pairs are skipped and over-long pairs filtered, both counted in the log", "[train]") {
-    TrainTempDir tmp;
+    TempDir tmp;
     Corpus corpus(60);
     auto src = toy_lines("train.src", 60), tgt = toy_lines("train.tgt", 60);
     src[3] = "";          // one side empty
@@ -558,7 +569,7 @@ TEST_CASE("train: empty pairs are skipped and over-long pairs filtered, both cou
 TEST_CASE("train: a loss that blows up stops training, names the step, and leaves the checkpoint usable",
           "[train]") {
     Corpus corpus(100);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string out = tmp / "run";
     tf::TrainConfig c = tiny_config(corpus, out);
     c.optim.optimizer = "sgd";
@@ -616,7 +627,7 @@ TEST_CASE("train: SIGTERM and SIGINT save a checkpoint, exit 130, and --resume c
     const int sig = GENERATE(SIGTERM, SIGINT);
     INFO("signal " << sig);
     Corpus corpus(100);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string out = tmp / "run", err = tmp / "child.stderr";
     const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train",
                                            "--train-src", corpus.train_src, "--train-tgt", corpus.train_tgt,
@@ -661,7 +672,7 @@ TEST_CASE("train: SIGTERM and SIGINT save a checkpoint, exit 130, and --resume c
 
 TEST_CASE("train: after SIGKILL, --resume continues from the last complete checkpoint", "[train]") {
     Corpus corpus(100);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string out = tmp / "run", err = tmp / "child.stderr";
     const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train",
                                            "--train-src", corpus.train_src, "--train-tgt", corpus.train_tgt,
@@ -695,7 +706,7 @@ TEST_CASE("train: after SIGKILL, --resume continues from the last complete check
 
 TEST_CASE("train: --keep 2 keeps the two newest step checkpoints and lists them in state.json", "[train]") {
     Corpus corpus(100);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string out = tmp / "run";
     tf::TrainConfig c = tiny_config(corpus, out);
     c.max_steps = 5;
@@ -725,7 +736,7 @@ TEST_CASE("train: --keep 2 keeps the two newest step checkpoints and lists them 
 
 TEST_CASE("train: --config DIR/config.toml repeats the run", "[train]") {
     Corpus corpus(80, 20);
-    TrainTempDir tmp;
+    TempDir tmp;
     const std::string first = tmp / "first", second = tmp / "second";
     const std::string flags =
         "--train-src " + shell_quote(corpus.train_src) + " --train-tgt " + shell_quote(corpus.train_tgt) +
@@ -769,7 +780,7 @@ TEST_CASE("train: --config DIR/config.toml repeats the run", "[train]") {
 
 TEST_CASE("train: metrics.jsonl holds one JSON object per line with the documented keys", "[train]") {
     Corpus corpus(100, 20);
-    TrainTempDir tmp;
+    TempDir tmp;
     const bool bleu = GENERATE(true, false);
     INFO("valid_bleu " << bleu);
     tf::TrainConfig c = tiny_config(corpus, tmp / "run");

@@ -6,21 +6,13 @@
 #include <unistd.h>
 
 #include "tapeformer/data/vocab.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 
-namespace {
+using namespace tf_test;
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static int counter = 0;
-        path = fs::temp_directory_path() /
-               ("tapeformer_vocab_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        fs::create_directories(path);
-    }
-    ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-};
+namespace {
 
 tf::WordCounts counts_of(const std::vector<std::string_view>& sentences) {
     tf::WordCounts counts;

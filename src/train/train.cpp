@@ -288,6 +288,7 @@ private:
     void checkpoint(bool force = false);
     double eta_seconds() const;
     void write_metrics(const nlohmann::json& j);
+    std::string resume_checkpoint();
 
     TrainConfig c_;
     std::ostream& log_;
@@ -326,7 +327,11 @@ void Trainer::prepare_directory() {
         stored.check_nan = c_.check_nan;
         stored.resume = true;
         c_ = stored;
-        manifest_ = read_manifest(dir_);
+        // A run stopped before its first checkpoint has run.json but no state.json: it starts again from
+        // step 0 with its own settings and tokenizer, which gives the run it would have been.
+        if (fs::exists(fs::path(dir_) / "state.json")) manifest_ = read_manifest(dir_);
+        fs::create_directories(fs::path(dir_) / "checkpoints", ec);
+        if (ec) throw std::runtime_error("cannot create '" + dir_ + "/checkpoints': " + ec.message());
         return;
     }
     if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
@@ -402,10 +407,19 @@ void Trainer::build_model() {
     c_.optim.schedule.d_model = m.d_model;
     dropout_rng_ = Rng(hash64(c_.seed, 0xD409));
 
-    if (c_.resume) {
-        const std::string path = (fs::path(dir_) / manifest_.last).string();
+    if (c_.resume && manifest_.kept.empty()) {
+        truncate_metrics((fs::path(dir_) / "metrics.jsonl").string(), 0);
+        log_ << "no checkpoint in " << dir_ << " yet (the run stopped before its first one): starting it from step 0\n";
+    } else if (c_.resume) {
+        const std::string path = (fs::path(dir_) / resume_checkpoint()).string();
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
-        state_ = load_training_checkpoint(path, *model_, *optimizer_);
+        try {
+            state_ = load_training_checkpoint(path, *model_, *optimizer_);
+        } catch (const std::runtime_error& e) {
+            if (manifest_.kept.size() < 2) throw;
+            throw std::runtime_error(std::string(e.what()) + " (an older checkpoint is kept: delete this file and --resume continues from " +
+                                     manifest_.kept[manifest_.kept.size() - 2] + ")");
+        }
         std::tie(state_.skipped_empty, state_.filtered_long) = prev_stats;
         dropout_rng_.offset = state_.dropout_offset;
         truncate_metrics((fs::path(dir_) / "metrics.jsonl").string(), state_.step);
@@ -422,6 +436,20 @@ void Trainer::build_model() {
          << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads") << "; lr " << c_.optim.schedule.describe() << "\n";
     metrics_.open((fs::path(dir_) / "metrics.jsonl").string(), std::ios::app);
     if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl'");
+}
+
+// The checkpoint --resume continues from: the last one, or, when the user has deleted it (after a damaged
+// last checkpoint was refused), the newest kept one still on disk. A damaged file is never skipped silently.
+std::string Trainer::resume_checkpoint() {
+    for (auto it = manifest_.kept.rbegin(); it != manifest_.kept.rend(); ++it) {
+        if (!fs::exists(fs::path(dir_) / *it)) continue;
+        if (*it != manifest_.last)
+            log_ << "the last checkpoint " << manifest_.last << " is gone; resuming from the newest kept one, " << *it << "\n";
+        manifest_.kept.erase(it.base(), manifest_.kept.end());
+        manifest_.last = manifest_.kept.back();
+        return manifest_.last;
+    }
+    throw std::runtime_error("cannot resume: none of the checkpoints listed in " + dir_ + "/state.json is on disk");
 }
 
 void Trainer::write_metrics(const nlohmann::json& j) {

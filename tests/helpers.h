@@ -1,0 +1,73 @@
+// What several test files need: a scratch directory, whole files read and written, lines, shell words.
+#pragma once
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tf_test {
+
+// A fresh directory under the system temp dir (tf_<tag>_XXXXXX), removed with everything in it at scope exit.
+struct TempDir {
+    std::filesystem::path path;
+    explicit TempDir(const std::string& tag = "test") {
+        std::string tmpl = (std::filesystem::temp_directory_path() / ("tf_" + tag + "_XXXXXX")).string();
+        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
+        path = tmpl;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+
+    std::string str() const { return path.string(); }
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// The whole file as bytes; "" when it cannot be read (tests compare against expected contents).
+inline std::string read_all(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+inline void write_all(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+    if (!out.good()) throw std::runtime_error("cannot write " + path);
+}
+
+// Writes `bytes` to dir/name and returns the path.
+inline std::string write_file(const TempDir& dir, const std::string& name, const std::string& bytes) {
+    write_all(dir / name, bytes);
+    return dir / name;
+}
+
+inline std::vector<std::string> split_lines(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+inline std::string join_lines(const std::vector<std::string>& lines) {
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+}
+
+// A shell word: 'text' with every ' written as '\''.
+inline std::string shell_quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+}  // namespace tf_test
