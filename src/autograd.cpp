@@ -1,4 +1,4 @@
-// The tape and the reverse pass. See autograd.h; the whole engine is the forty lines below.
+// The tape and the reverse pass. See autograd.h; the whole engine is the fifty lines below.
 #include "tapeformer/autograd.h"
 
 #include <stdexcept>
@@ -34,10 +34,14 @@ void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape) {
     for (std::size_t i = 0; i < upstream.size(); ++i) g[i] += upstream[i];
     // Reverse walk. Records are appended in execution order, which is a topological order, so when a
     // record's backward runs, every use of its output (recorded later) has already added its gradient.
+    // Once its backward has run, a record is done with: dropping its references right away frees each
+    // activation and its gradient (unless something else holds them) while the walk goes on, so they are
+    // not all alive at once at the end of the pass.
     auto& records = tape().records();
     for (auto it = records.rbegin(); it != records.rend(); ++it) {
         TapeRecord& r = const_cast<TapeRecord&>(*it);
         if (r.backward && r.out.has_grad()) r.backward(r.out, r.in);
+        if (!keep_tape) r = TapeRecord{r.op, Tensor(), {}, nullptr};
     }
     if (!keep_tape) tape().clear();
 }

@@ -1,24 +1,48 @@
 // Caching buffer pool: free lists keyed by rounded size. See pool.h.
 #include "tapeformer/pool.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
-#include <vector>
 
 TF_NAMESPACE_BEGIN
 
 namespace {
 
+// Every buffer starts 64 bytes after the block the system gave; the block's head records the buffer's
+// capacity (a buffer handed out for a smaller request goes back under its real size) and when it was
+// last freed (the cache gives up its least recently freed buffers first).
+constexpr std::size_t kHeader = 64;
+struct Header {
+    std::size_t capacity;  // values
+    std::uint64_t freed_at;
+};
+Header& header_of(real* buffer) { return *reinterpret_cast<Header*>(reinterpret_cast<char*>(buffer) - kHeader); }
+void system_free(real* buffer) { std::free(reinterpret_cast<char*>(buffer) - kHeader); }
+
 struct Pool {
+    using BySize = std::multimap<std::size_t, real*>;
     std::mutex mutex;
-    std::map<std::size_t, std::vector<real*>> free_lists;  // rounded size -> cached buffers
+    BySize by_size;                                  // capacity -> cached buffer
+    std::map<std::uint64_t, BySize::iterator> by_age; // freed_at -> its entry in by_size, oldest first
+    std::uint64_t clock = 0;
     PoolStats stats;
 
-    ~Pool() {
-        for (auto& [n, list] : free_lists)
-            for (real* p : list) std::free(p);
+    void uncache(BySize::iterator it) {
+        stats.bytes_cached -= it->first * sizeof(real);
+        by_age.erase(header_of(it->second).freed_at);
+        by_size.erase(it);
+    }
+    // Gives the least recently freed buffers back until the cache is within the peak in use.
+    void trim() {
+        while (stats.bytes_cached > stats.peak_bytes_in_use) {
+            const auto oldest = by_age.begin()->second;
+            real* victim = oldest->second;
+            uncache(oldest);
+            system_free(victim);
+        }
     }
 };
 
@@ -38,43 +62,58 @@ std::size_t rounded(std::size_t n) {
 
 }  // namespace
 
+// The smallest cached buffer that holds n values, if it is at most twice the rounded size: batches of
+// varying shapes (bucketed sentences) share buffers instead of each size keeping its own.
 real* pool_alloc(std::size_t n) {
-    std::size_t r = rounded(n);
+    static_assert(sizeof(Header) <= kHeader, "the header must fit before the 64-byte aligned buffer");
+    const std::size_t r = rounded(n);
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
     real* out = nullptr;
-    auto it = p.free_lists.find(r);
-    if (it != p.free_lists.end() && !it->second.empty()) {
-        out = it->second.back();
-        it->second.pop_back();
-        p.stats.bytes_cached -= r * sizeof(real);
+    auto it = p.by_size.lower_bound(r);
+    if (it != p.by_size.end() && it->first <= 2 * r) {
+        out = it->second;
+        p.uncache(it);
     } else {
-        out = static_cast<real*>(std::aligned_alloc(64, (r * sizeof(real) + 63) / 64 * 64));
-        if (!out) throw std::bad_alloc();
+        char* block = static_cast<char*>(std::aligned_alloc(64, kHeader + r * sizeof(real)));
+        if (!block) throw std::bad_alloc();
+        out = reinterpret_cast<real*>(block + kHeader);
+        header_of(out).capacity = r;
         ++p.stats.system_allocations;
     }
-    p.stats.bytes_in_use += r * sizeof(real);
+    p.stats.bytes_in_use += header_of(out).capacity * sizeof(real);
     if (p.stats.bytes_in_use > p.stats.peak_bytes_in_use) p.stats.peak_bytes_in_use = p.stats.bytes_in_use;
     return out;
 }
 
-void pool_free(real* ptr, std::size_t n) {
+// The cache holds at most the peak in use (what one step needs): beyond it, the least recently freed
+// buffers go back to the system (large blocks are unmapped, so the memory really is returned).
+void pool_free(real* ptr, std::size_t /*n*/) {
     if (!ptr) return;
-    std::size_t r = rounded(n);
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
-    p.free_lists[r].push_back(ptr);
-    p.stats.bytes_in_use -= r * sizeof(real);
-    p.stats.bytes_cached += r * sizeof(real);
+    Header& h = header_of(ptr);
+    p.stats.bytes_in_use -= h.capacity * sizeof(real);
+    h.freed_at = ++p.clock;
+    p.by_age.emplace(h.freed_at, p.by_size.emplace(h.capacity, ptr));
+    p.stats.bytes_cached += h.capacity * sizeof(real);
+    p.trim();
 }
 
 void pool_release_cached() {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
-    for (auto& [n, list] : p.free_lists)
-        for (real* ptr : list) std::free(ptr);
-    p.free_lists.clear();
+    for (auto& [capacity, ptr] : p.by_size) system_free(ptr);
+    p.by_size.clear();
+    p.by_age.clear();
     p.stats.bytes_cached = 0;
+}
+
+void pool_reset_peak() {
+    Pool& p = pool();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.stats.peak_bytes_in_use = p.stats.bytes_in_use;
+    p.trim();
 }
 
 PoolStats pool_stats() {

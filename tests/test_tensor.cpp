@@ -193,3 +193,32 @@ TEST_CASE("Pool: bytes in use follow live tensors", "[tensor]") {
     CHECK(tf::pool_stats().bytes_in_use == before.bytes_in_use);
     CHECK(tf::pool_stats().bytes_cached >= 1000 * sizeof(real));
 }
+
+TEST_CASE("Pool: a request takes a cached buffer up to twice its size", "[tensor]") {
+    tf::pool_release_cached();
+    { Tensor big = Tensor::zeros({100000}); }
+    const std::size_t n_before = tf::pool_stats().system_allocations;
+    for (std::int64_t n = 55000; n <= 100000; n += 5000) {
+        Tensor t = Tensor::full({n}, real(2));
+        CHECK(t.data()[n - 1] == real(2));
+    }
+    CHECK(tf::pool_stats().system_allocations == n_before);
+    { Tensor small = Tensor::zeros({40000}); }  // under half of the cached buffer: a new one
+    CHECK(tf::pool_stats().system_allocations == n_before + 1);
+}
+
+TEST_CASE("Pool: buffers of ever new sizes do not pile up: the cache holds at most the peak in use", "[tensor]") {
+    // Each size is 5% above the last: no cached buffer fits, every one comes from the system. Kept
+    // without a bound, the cache would hold the sum of all of them, about 21 times the largest.
+    tf::pool_release_cached();
+    tf::pool_reset_peak();
+    double n = 20000;
+    for (int i = 0; i < 60; ++i, n *= 1.05) {
+        Tensor t = Tensor::zeros({static_cast<std::int64_t>(n)});
+        const tf::PoolStats s = tf::pool_stats();
+        CHECK(s.bytes_cached <= s.peak_bytes_in_use);
+    }
+    const tf::PoolStats s = tf::pool_stats();
+    CHECK(s.bytes_cached <= s.peak_bytes_in_use);
+    CHECK(s.bytes_cached >= static_cast<std::size_t>(n / 1.05 / 2) * sizeof(real));  // it does cache
+}

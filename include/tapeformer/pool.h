@@ -1,7 +1,8 @@
-// A caching allocator for tensor buffers. Freed buffers are kept in free lists by (rounded) size and
-// handed out again, so the second and later training steps allocate nothing from the system: the same
-// shapes come back every step. Sizes are rounded up to at most 1/8 more, so batches of slightly
-// different lengths share buffers.
+// A caching allocator for tensor buffers. Freed buffers are kept by size and handed out again, so the
+// second and later training steps allocate (almost) nothing from the system. Sizes are rounded up to at
+// most 1/8 more, and a request takes the smallest cached buffer up to twice its size, so batches of
+// different lengths share buffers; the cache holds at most the peak in use, the rest goes back to the
+// system.
 #pragma once
 #include <cstddef>
 
@@ -10,8 +11,9 @@
 TF_NAMESPACE_BEGIN
 
 real* pool_alloc(std::size_t n);              // n values, 64-byte aligned, uninitialised
-void pool_free(real* p, std::size_t n);       // n: the count given to pool_alloc
+void pool_free(real* p, std::size_t n);       // n: the count given to pool_alloc (informational)
 void pool_release_cached();                   // return every cached (unused) buffer to the system
+void pool_reset_peak();                       // peak_bytes_in_use := bytes_in_use (and the cache's bound with it)
 
 struct PoolStats {
     std::size_t bytes_in_use = 0;
