@@ -186,6 +186,16 @@ void check_failed_late(const CliRun& r, const std::string& what) {
     CHECK_THAT(r.last_err_line(), Catch::Contains(what));
 }
 
+// A CLI run into `out` that must succeed with `steps` logged steps: their metrics.jsonl entries.
+std::vector<json> train_ok(const TempDir& scratch, const std::string& args, const std::string& out, std::size_t steps) {
+    const CliRun r = run_train(scratch, args);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    auto logged = of_type(read_metrics(out), "train");
+    REQUIRE(logged.size() == steps);
+    return logged;
+}
+
 // A child `tapeformer` process, killed and reaped at scope exit if a test gave up on it.
 struct Child {
     pid_t pid = -1;
@@ -490,11 +500,7 @@ TEST_CASE("train: with the damaged last checkpoint deleted, --resume continues f
     Corpus corpus(80);
     TempDir tmp;
     const std::string out = tmp / "run";
-    const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3 --checkpoint-every 1 --keep 2");
-    INFO(first.err);
-    REQUIRE(first.status == 0);
-    const auto losses = of_type(read_metrics(out), "train");
-    REQUIRE(losses.size() == 3);
+    const auto losses = train_ok(tmp, tiny_flags(corpus, out) + " --max-steps 3 --checkpoint-every 1 --keep 2", out, 3);
     fs::remove(out + "/" + checkpoint_name(3));
 
     const CliRun r = run_train(tmp, "--resume --max-steps 4 --out " + shell_quote(out));
@@ -515,11 +521,7 @@ TEST_CASE("train: a run stopped before its first checkpoint is refused without -
     Corpus corpus(80);
     TempDir tmp;
     const std::string out = tmp / "run";
-    const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3");
-    INFO(first.err);
-    REQUIRE(first.status == 0);
-    const auto losses = of_type(read_metrics(out), "train");
-    REQUIRE(losses.size() == 3);
+    const auto losses = train_ok(tmp, tiny_flags(corpus, out) + " --max-steps 3", out, 3);
     // What a crash at step 2 leaves: the settings, the tokenizer, two lines of metrics, no checkpoint.
     fs::remove_all(out + "/checkpoints");
     fs::remove(out + "/state.json");
