@@ -1,4 +1,4 @@
-// Caching buffer pool: free lists keyed by rounded size. See pool.h.
+// Caching buffer pool: cached buffers by capacity and by age, bounded by the peak in use. See pool.h.
 #include "tapeformer/pool.h"
 
 #include <cstdint>

@@ -417,8 +417,9 @@ void Trainer::build_model() {
             state_ = load_training_checkpoint(path, *model_, *optimizer_);
         } catch (const std::runtime_error& e) {
             if (manifest_.kept.size() < 2) throw;
-            throw std::runtime_error(std::string(e.what()) + " (an older checkpoint is kept: delete this file and --resume continues from " +
-                                     manifest_.kept[manifest_.kept.size() - 2] + ")");
+            const std::string& older = manifest_.kept[manifest_.kept.size() - 2];
+            throw std::runtime_error(std::string(e.what()) +
+                                     " (an older checkpoint is kept: delete this file and --resume continues from " + older + ")");
         }
         std::tie(state_.skipped_empty, state_.filtered_long) = prev_stats;
         dropout_rng_.offset = state_.dropout_offset;
@@ -444,7 +445,8 @@ std::string Trainer::resume_checkpoint() {
     for (auto it = manifest_.kept.rbegin(); it != manifest_.kept.rend(); ++it) {
         if (!fs::exists(fs::path(dir_) / *it)) continue;
         if (*it != manifest_.last)
-            log_ << "the last checkpoint " << manifest_.last << " is gone; resuming from the newest kept one, " << *it << "\n";
+            log_ << "the last checkpoint " << manifest_.last << " is gone; resuming from the newest kept one, " << *it
+                 << "\n";
         manifest_.kept.erase(it.base(), manifest_.kept.end());
         manifest_.last = manifest_.kept.back();
         return manifest_.last;
