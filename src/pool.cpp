@@ -75,7 +75,9 @@ real* pool_alloc(std::size_t n) {
         out = it->second;
         p.uncache(it);
     } else {
-        char* block = static_cast<char*>(std::aligned_alloc(64, kHeader + r * sizeof(real)));
+        // aligned_alloc wants a size that is a multiple of the alignment.
+        const std::size_t bytes = (kHeader + r * sizeof(real) + 63) / 64 * 64;
+        char* block = static_cast<char*>(std::aligned_alloc(64, bytes));
         if (!block) throw std::bad_alloc();
         out = reinterpret_cast<real*>(block + kHeader);
         header_of(out).capacity = r;
