@@ -388,9 +388,10 @@ TEST_CASE("force_steps runs every row for exactly N steps and matches greedy cap
         forced.force_steps = 7;
         DecodeOptions capped;
         capped.max_len_abs = 7;
-        CHECK(tf::translate_batch_scored(*model, src, B, kS, forced).size() == std::size_t(B));
         const auto a = tf::translate_batch_scored(*model, src, B, kS, forced);
         const auto b = tf::translate_batch_scored(*model, src, B, kS, capped);
+        REQUIRE(a.size() == std::size_t(B));
+        REQUIRE(b.size() == std::size_t(B));
         for (std::int64_t r = 0; r < B; ++r) {
             CHECK(a[r].tokens == b[r].tokens);
             CHECK(a[r].log_prob == Approx(b[r].log_prob).epsilon(1e-6));

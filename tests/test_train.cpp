@@ -242,6 +242,27 @@ struct Child {
     }
 };
 
+
+// argv of a tiny CLI training run into `out` that goes on until it is stopped (for the signal tests).
+std::vector<std::string> endless_train_args(const Corpus& corpus, const std::string& out,
+                                            const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {TF_CLI, "--threads", "1", "train",
+                                     "--train-src", corpus.train_src, "--train-tgt", corpus.train_tgt,
+                                     "--tokenizer", "word", "--d-model", "16", "--heads", "2", "--ffn", "32",
+                                     "--layers", "1", "--batch-tokens", "400", "--max-len", "40",
+                                     "--max-steps", "100000", "--log-every", "1", "--no-valid-bleu", "--out", out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+// Waits (at most a minute) until the run in `out` has logged `steps` lines of metrics.
+void wait_for_steps(const std::string& out, std::size_t steps) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (split_lines(read_all(out + "/metrics.jsonl")).size() < steps && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    REQUIRE(split_lines(read_all(out + "/metrics.jsonl")).size() >= steps);
+}
+
 }  // namespace
 
 // ---- 1. exact resume -------------------------------------------------------------------------------------
@@ -631,19 +652,8 @@ TEST_CASE("train: SIGTERM and SIGINT save a checkpoint, exit 130, and --resume c
     Corpus corpus(100);
     TempDir tmp;
     const std::string out = tmp / "run", err = tmp / "child.stderr";
-    const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train",
-                                           "--train-src", corpus.train_src, "--train-tgt", corpus.train_tgt,
-                                           "--tokenizer", "word", "--d-model", "16", "--heads", "2", "--ffn", "32",
-                                           "--layers", "1", "--batch-tokens", "400", "--max-len", "40",
-                                           "--max-steps", "100000", "--log-every", "1", "--no-valid-bleu",
-                                           "--out", out};
-    Child child(args, err);
-
-    // Wait until it has trained two steps (the signal handlers are installed by then).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (split_lines(read_all(out + "/metrics.jsonl")).size() < 2 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    REQUIRE(split_lines(read_all(out + "/metrics.jsonl")).size() >= 2);
+    Child child(endless_train_args(corpus, out, {}), err);
+    wait_for_steps(out, 2);  // the signal handlers are installed by then
     REQUIRE(::kill(child.pid, sig) == 0);
     const int status = child.wait_exit(std::chrono::seconds(60));
     const std::string log = read_all(err);
@@ -676,17 +686,8 @@ TEST_CASE("train: after SIGKILL, --resume continues from the last complete check
     Corpus corpus(100);
     TempDir tmp;
     const std::string out = tmp / "run", err = tmp / "child.stderr";
-    const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train",
-                                           "--train-src", corpus.train_src, "--train-tgt", corpus.train_tgt,
-                                           "--tokenizer", "word", "--d-model", "16", "--heads", "2", "--ffn", "32",
-                                           "--layers", "1", "--batch-tokens", "400", "--max-len", "40",
-                                           "--max-steps", "100000", "--log-every", "1", "--checkpoint-every", "3",
-                                           "--no-valid-bleu", "--out", out};
-    Child child(args, err);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (split_lines(read_all(out + "/metrics.jsonl")).size() < 5 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    REQUIRE(split_lines(read_all(out + "/metrics.jsonl")).size() >= 5);
+    Child child(endless_train_args(corpus, out, {"--checkpoint-every", "3"}), err);
+    wait_for_steps(out, 5);
     REQUIRE(::kill(child.pid, SIGKILL) == 0);
     child.wait_exit(std::chrono::seconds(60));
 
