@@ -86,19 +86,25 @@ inline real lane_max(const real* x, std::int64_t n) {  // max_j x[j]; −∞ for
     return mx;
 }
 
-// dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
-// Each thread owns blocks of columns and adds its rows in order, so the sums do not depend on the threads.
+// Calls f(c0, c1) for blocks of 64 of the Cn columns, the blocks split across threads when `work` (the
+// values touched) is worth it. Sums that a thread keeps to its own columns, adding rows in order, do not
+// depend on the thread count.
 template <class F>
-void sum_over_rows(std::int64_t R, std::int64_t Cn, real* dst, F f) {
+void over_column_blocks(std::int64_t Cn, std::int64_t work, F f) {
     constexpr std::int64_t kBlock = 64;
     const std::int64_t blocks = (Cn + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (R * Cn >= kParallelGrain && blocks > 1)
-    for (std::int64_t blk = 0; blk < blocks; ++blk) {
-        const std::int64_t c0 = blk * kBlock, c1 = std::min(Cn, c0 + kBlock);
+#pragma omp parallel for schedule(static) if (work >= kParallelGrain && blocks > 1)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) f(blk * kBlock, std::min(Cn, (blk + 1) * kBlock));
+}
+
+// dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
+template <class F>
+void sum_over_rows(std::int64_t R, std::int64_t Cn, real* dst, F f) {
+    over_column_blocks(Cn, R * Cn, [&](std::int64_t c0, std::int64_t c1) {
         for (std::int64_t r = 0; r < R; ++r)
 #pragma omp simd
             for (std::int64_t c = c0; c < c1; ++c) dst[c] += f(r, c);
-    }
+    });
 }
 
 // ---- broadcasting ---------------------------------------------------------------------------------------
@@ -798,9 +804,9 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         st[2 * n] = mu;
         st[2 * n + 1] = rstd;
     }
+    if (!needs_grad({&x, r, &gamma, &beta})) return out;
     std::vector<Tensor> inputs{x, gamma, beta};
     if (r) inputs.push_back(*r);
-    if (!needs_grad({&x, r, &gamma, &beta})) return out;
     return record(op, out, std::move(inputs), [N, C, stats, sum](Tensor& y, std::vector<Tensor>& in) {
         // With x̂ = (v − μ)·rstd and y = x̂·γ + β, for one row of C values:
         //   dβ_c  += g_c                 (β adds straight through)
@@ -922,11 +928,7 @@ Tensor embedding(const Tensor& table, const std::vector<std::int32_t>& ids, cons
         const real* g = y.grad();
         real* dw = in[0].grad();
         const std::int64_t n = static_cast<std::int64_t>(ids.size());
-        constexpr std::int64_t kBlock = 64;
-        const std::int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n * C >= kParallelGrain && blocks > 1)
-        for (std::int64_t blk = 0; blk < blocks; ++blk) {
-            const std::int64_t c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+        over_column_blocks(C, n * C, [&](std::int64_t c0, std::int64_t c1) {
             for (std::int64_t i = 0; i < n; ++i) {
                 if (ids[i] == padding_idx) continue;
                 real* row = dw + std::int64_t(ids[i]) * C;
@@ -934,7 +936,7 @@ Tensor embedding(const Tensor& table, const std::vector<std::int32_t>& ids, cons
 #pragma omp simd
                 for (std::int64_t c = c0; c < c1; ++c) row[c] += gi[c];
             }
-        }
+        });
     });
 }
 
