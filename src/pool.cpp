@@ -90,7 +90,7 @@ real* pool_alloc(std::size_t n) {
 
 // The cache holds at most the peak in use (what one step needs): beyond it, the least recently freed
 // buffers go back to the system (large blocks are unmapped, so the memory really is returned).
-void pool_free(real* ptr, std::size_t /*n*/) {
+void pool_free(real* ptr) {
     if (!ptr) return;
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);

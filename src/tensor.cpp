@@ -57,8 +57,8 @@ std::string Shape::str() const {
 Storage::Storage(std::size_t n) : data(pool_alloc(n)), size(n) {}
 
 Storage::~Storage() {
-    pool_free(data, size);
-    pool_free(grad, size);
+    pool_free(data);
+    pool_free(grad);
 }
 
 Tensor Tensor::empty(const Shape& shape) {

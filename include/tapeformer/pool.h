@@ -11,12 +11,12 @@
 TF_NAMESPACE_BEGIN
 
 real* pool_alloc(std::size_t n);              // n values, 64-byte aligned, uninitialised
-void pool_free(real* p, std::size_t n);       // n: the count given to pool_alloc (informational)
+void pool_free(real* p);                      // a buffer from pool_alloc (nullptr: nothing)
 void pool_release_cached();                   // return every cached (unused) buffer to the system
 void pool_reset_peak();                       // peak_bytes_in_use := bytes_in_use (and the cache's bound with it)
 
 struct PoolStats {
-    std::size_t bytes_in_use = 0;
+    std::size_t bytes_in_use = 0;             // capacities of the buffers handed out (≥ what was asked)
     std::size_t bytes_cached = 0;
     std::size_t peak_bytes_in_use = 0;
     std::size_t system_allocations = 0;       // how often the pool had to ask the system
