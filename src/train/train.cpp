@@ -451,7 +451,8 @@ std::string Trainer::resume_checkpoint() {
         manifest_.last = manifest_.kept.back();
         return manifest_.last;
     }
-    throw std::runtime_error("cannot resume: none of the checkpoints listed in " + dir_ + "/state.json is on disk");
+    throw std::runtime_error("cannot resume: none of the checkpoints listed in " + dir_ +
+                             "/state.json is on disk; start the run over with --force (without --resume)");
 }
 
 void Trainer::write_metrics(const nlohmann::json& j) {
