@@ -501,6 +501,12 @@ TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[
         check_failed_late(r, path);
         CHECK_THAT(r.last_err_line(), Catch::Contains("checksum"));
     }
+    SECTION("every listed checkpoint deleted: refused, saying how to start over") {
+        fs::remove_all(out + "/checkpoints");
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, "none of the checkpoints listed in");
+        CHECK_THAT(r.last_err_line(), Catch::Contains("--force"));
+    }
     SECTION("run.json of another format version") {
         std::string run_json = read_all(out + "/run.json");
         const std::string key = "\"format\": " + std::to_string(tf::kCheckpointFormat);
