@@ -2,8 +2,6 @@
 // Kernels are plain loops over contiguous memory; OpenMP splits their outer loop across threads.
 #include "tapeformer/ops.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -284,37 +282,14 @@ struct MatmulDims {
 // Below this many multiply-adds a product is not worth sharing between threads.
 constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
 
-// C (M, N) = α·op(A)·op(B) + β·C as one product whose rows are split across the threads, each running BLAS
-// on its block (BLAS runs single-threaded inside our parallel region). One fork and one join per product:
-// OpenBLAS's own threading makes its threads wait for each other several times within a product, and on a
-// busy machine each of those waits can cost a scheduler time slice.
-void gemm_rows(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
-               std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
-    const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads == 1 || M < 2 * threads || M * N * K < kSmallProduct) {  // too small to share
-        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-#pragma omp parallel for schedule(static) num_threads(int(threads))
-    for (std::int64_t t = 0; t < threads; ++t) {
-        const std::int64_t m0 = M * t / threads, m1 = M * (t + 1) / threads;
-        const real* At = ta ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): columns of A when it is stored transposed
-        gemm(ta, tb, m1 - m0, N, K, alpha, At, lda, B, ldb, beta, C + m0 * ldc, ldc);
-    }
-}
-
-// Runs product(i, gemm_fn) for each of the `batch` products: small ones (attention's 20×64·64×20) split
-// across threads, each thread calling BLAS for its own products (BLAS runs single-threaded inside our
-// parallel region; OpenBLAS's AVX-512 kernels have a fast path for such small sizes); large ones one after
-// another, each split by rows across the threads (gemm_rows).
+// Runs product(i) for each of the `batch` products: small ones (attention's 20×64·64×20) split across
+// threads, each thread calling gemm for its own products; large ones one after another, each split into
+// tiles across the threads by gemm itself. Either way each product is computed the same way whatever the
+// thread count.
 template <class F>
 void over_batch(const MatmulDims& d, F product) {
-    if (d.small) {
-#pragma omp parallel for schedule(static) if (d.batch * d.M * d.N * d.K >= kParallelGrain)
-        for (std::int64_t i = 0; i < d.batch; ++i) product(i, gemm);
-    } else {
-        for (std::int64_t i = 0; i < d.batch; ++i) product(i, gemm_rows);
-    }
+#pragma omp parallel for schedule(static) if (d.small && d.batch * d.M * d.N * d.K >= kParallelGrain)
+    for (std::int64_t i = 0; i < d.batch; ++i) product(i);
 }
 
 }  // namespace
@@ -354,8 +329,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     {
         const real *A = a.data(), *B = b.data();
         real* C = out.data();
-        over_batch(d, [&](std::int64_t i, auto mm) {
-            mm(ta, tb, d.M, d.N, d.K, alpha, A + i * a_step, lda, B + i * b_step, ldb, 0, C + i * c_step, d.N);
+        over_batch(d, [&](std::int64_t i) {
+            gemm(ta, tb, d.M, d.N, d.K, alpha, A + i * a_step, lda, B + i * b_step, ldb, 0, C + i * c_step, d.N);
         });
     }
     if (!needs_grad({&a, &b})) return out;
@@ -364,25 +339,25 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
         const real *A = in[0].data(), *B = in[1].data();
         if (in[0].requires_grad()) {
             real* dA = in[0].grad();
-            over_batch(d, [&](std::int64_t i, auto mm) {
+            over_batch(d, [&](std::int64_t i) {
                 if (!ta)  // dA (M,K) += α·dC (M,N) · op(B)ᵀ (N,K)
-                    mm(false, !tb, d.M, d.K, d.N, alpha, dC + i * c_step, d.N, B + i * b_step, ldb, 1, dA + i * a_step, lda);
+                    gemm(false, !tb, d.M, d.K, d.N, alpha, dC + i * c_step, d.N, B + i * b_step, ldb, 1, dA + i * a_step, lda);
                 else      // A stored (K,M): dA += α·(dC · op(B)ᵀ)ᵀ = α·op(B) (K,N) · dCᵀ (N,M)
-                    mm(tb, true, d.K, d.M, d.N, alpha, B + i * b_step, ldb, dC + i * c_step, d.N, 1, dA + i * a_step, lda);
+                    gemm(tb, true, d.K, d.M, d.N, alpha, B + i * b_step, ldb, dC + i * c_step, d.N, 1, dA + i * a_step, lda);
             });
         }
         if (in[1].requires_grad()) {
             real* dB = in[1].grad();
             if (d.shared_b) {  // one product over all rows: dB += (Σ over rows) — a single large gemm
-                if (!tb) gemm_rows(true, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, 1, dB, ldb);   // (K,N) += α·Aᵀ dC
-                else     gemm_rows(true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, 1, dB, ldb);   // (N,K) += α·dCᵀ A
+                if (!tb) gemm(true, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, 1, dB, ldb);   // (K,N) += α·Aᵀ dC
+                else     gemm(true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, 1, dB, ldb);   // (N,K) += α·dCᵀ A
                 return;
             }
-            over_batch(d, [&](std::int64_t i, auto mm) {
+            over_batch(d, [&](std::int64_t i) {
                 if (!tb)  // dB (K,N) += α·op(A)ᵀ (K,M) · dC (M,N)
-                    mm(!ta, false, d.K, d.N, d.M, alpha, A + i * a_step, lda, dC + i * c_step, d.N, 1, dB + i * b_step, ldb);
+                    gemm(!ta, false, d.K, d.N, d.M, alpha, A + i * a_step, lda, dC + i * c_step, d.N, 1, dB + i * b_step, ldb);
                 else      // B stored (N,K): dB += α·dCᵀ (N,M) · op(A) (M,K)
-                    mm(true, ta, d.N, d.K, d.M, alpha, dC + i * c_step, d.N, A + i * a_step, lda, 1, dB + i * b_step, ldb);
+                    gemm(true, ta, d.N, d.K, d.M, alpha, dC + i * c_step, d.N, A + i * a_step, lda, 1, dB + i * b_step, ldb);
             });
         }
     });
@@ -411,16 +386,16 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         for (std::int64_t n = 0; n < N; ++n) std::memcpy(py + n * out_f, b, out_f * sizeof(real));
     }
     // (N, in) @ (out, in)ᵀ -> (N, out), added onto the bias rows (β = 1) or written (β = 0)
-    gemm_rows(false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, bias.defined() ? 1 : 0, py, out_f);
+    gemm(false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, bias.defined() ? 1 : 0, py, out_f);
     if (!needs_grad({&x, &weight, &bias})) return y;
     std::vector<Tensor> inputs{x, weight};
     if (bias.defined()) inputs.push_back(bias);
     return record("affine", y, std::move(inputs), [N, in_f, out_f](Tensor& y, std::vector<Tensor>& in) {
         const real* dy = y.grad();  // (N, out)
         if (in[0].requires_grad())  // dx (N, in) += dy (N, out) · W (out, in)
-            gemm_rows(false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, 1, in[0].grad(), in_f);
+            gemm(false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, 1, in[0].grad(), in_f);
         if (in[1].requires_grad())  // dW (out, in) += dyᵀ (out, N) · x (N, in)
-            gemm_rows(true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, 1, in[1].grad(), in_f);
+            gemm(true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, 1, in[1].grad(), in_f);
         if (in.size() > 2 && in[2].requires_grad())  // db (out) += column sums of dy
             sum_over_rows(N, out_f, in[2].grad(), [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
     });
@@ -821,22 +796,22 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         real* dw = in[1].requires_grad() ? in[1].grad() : nullptr;
         real* db = in[2].requires_grad() ? in[2].grad() : nullptr;
         real* dr = in.size() > 3 && in[3].requires_grad() ? in[3].grad() : nullptr;
-        // γ and β gradients sum over rows. Each thread sums its own block of rows, and the partial sums
-        // are added in thread order afterwards, so the result does not depend on timing (bit-identical
-        // reruns and resumes).
-        const int threads = (N * C >= kParallelGrain) ? omp_get_max_threads() : 1;
-        std::vector<real> partial(std::size_t(threads) * 2 * C, real(0));  // per thread: dγ (C), dβ (C)
-#pragma omp parallel num_threads(threads)
-        {
-            real* dw_local = partial.data() + std::size_t(omp_get_thread_num()) * 2 * C;
-            real* db_local = dw_local + C;
-#pragma omp for schedule(static)
-            for (std::int64_t n = 0; n < N; ++n) {
+        // γ and β gradients sum over rows: each block of kRowBlock rows sums into its own partial, and the
+        // partials are added in block order afterwards. The blocks do not depend on the thread count, so
+        // neither does the result (bit-identical on any number of threads, reruns and resumes).
+        constexpr std::int64_t kRowBlock = 32;
+        const std::int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
+        std::vector<real> partial(std::size_t(blocks) * 2 * C, real(0));  // per block: dγ (C), dβ (C)
+#pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
+        for (std::int64_t blk = 0; blk < blocks; ++blk) {
+            real* dw_part = partial.data() + std::size_t(blk) * 2 * C;
+            real* db_part = dw_part + C;
+            for (std::int64_t n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
                 const real *gr = g + n * C, *vr = v + n * C;
                 const real mu = st[2 * n], rstd = st[2 * n + 1];
                 for (std::int64_t c = 0; c < C; ++c) {
-                    dw_local[c] += gr[c] * (vr[c] - mu) * rstd;
-                    db_local[c] += gr[c];
+                    dw_part[c] += gr[c] * (vr[c] - mu) * rstd;
+                    db_part[c] += gr[c];
                 }
                 const real mean_dxh = lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c]; }) / real(C);
                 const real mean_dxh_xh =
@@ -848,8 +823,8 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
                 }
             }
         }
-        for (int t = 0; t < threads; ++t) {
-            const real* part = partial.data() + std::size_t(t) * 2 * C;
+        for (std::int64_t blk = 0; blk < blocks; ++blk) {
+            const real* part = partial.data() + std::size_t(blk) * 2 * C;
             for (std::int64_t c = 0; dw && c < C; ++c) dw[c] += part[c];
             for (std::int64_t c = 0; db && c < C; ++c) db[c] += part[C + c];
         }

@@ -173,30 +173,27 @@ TEST_CASE("matmul rejects mismatched shapes, naming the op and the shapes", "[ma
     CHECK_THAT(message(Tensor(), Tensor::zeros({5, 6})), Catch::Contains("matmul"));
 }
 
-TEST_CASE("matmul gives identical results on 1 and 2 threads", "[matmul]") {
-    const int threads = tf::num_threads();
-    Tensor a = random({256, 320}, 41), b = random({320, 192}, 42);      // one large threaded gemm
-    Tensor qa = random({2, 4, 24, 16}, 43), kb = random({2, 4, 24, 16}, 44);  // small products split over threads
-    Tensor x = random({4, 50, 64}, 45), w = random({96, 64}, 46);        // shared second operand
-    auto run = [&] {
-        std::vector<std::vector<real>> out;
-        out.push_back(tf::matmul(a, b).to_vector());
-        out.push_back(tf::matmul(b, a, true, true).to_vector());
-        out.push_back(tf::matmul(qa, kb, false, true).to_vector());
-        out.push_back(tf::matmul(x, w, false, true).to_vector());
-        return out;
-    };
-    tf::set_threads(1);
-    CHECK(tf::num_threads() == 1);
-    const auto one = run();
-    tf::set_threads(2);
-    CHECK(tf::num_threads() == 2);
-    const auto two = run();
-    tf::set_threads(threads);
-    REQUIRE(one.size() == two.size());
-    for (std::size_t i = 0; i < one.size(); ++i) {
-        INFO("product " << i);
-        CHECK(one[i] == two[i]);
-    }
-    CHECK(relative_error(one[0], reference_matmul(a, b, false, false)) <= 1e-5);
+TEST_CASE("gemm splits a large product into tiles that give the reference result, for every transpose",
+          "[matmul]") {
+    // (M, N, K): many row tiles; row and column tiles; a thin C with a long inner dimension (one tile, run
+    // in a parallel region); a wide C; each with padded strides and beta = 1 onto existing values.
+    const std::int64_t shapes[][3] = {{1000, 64, 96}, {600, 700, 40}, {17, 40, 5000}, {40, 3000, 64}};
+    const std::int64_t pad = 5;
+    for (const auto& s : shapes)
+        for (int ta = 0; ta < 2; ++ta)
+            for (int tb = 0; tb < 2; ++tb) {
+                const std::int64_t M = s[0], N = s[1], K = s[2];
+                INFO("M " << M << " N " << N << " K " << K << " trans_a " << ta << " trans_b " << tb);
+                const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+                const std::int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+                Tensor A = random({a_rows, lda}, 51 + ta), B = random({b_rows, ldb}, 61 + tb), C0 = random({M, ldc}, 71);
+                std::vector<real> c = C0.to_vector(), c_ref = C0.to_vector();
+                tf::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 1, c.data(), ldc);
+                tf::gemm_reference(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 1, c_ref.data(), ldc);
+                CHECK(relative_error(c, c_ref) <= 1e-5);
+                bool padding_kept = true;
+                for (std::int64_t i = 0; i < M; ++i)
+                    for (std::int64_t j = N; j < ldc; ++j) padding_kept = padding_kept && c[i * ldc + j] == C0.data()[i * ldc + j];
+                CHECK(padding_kept);
+            }
 }

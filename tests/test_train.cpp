@@ -347,6 +347,51 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
     }
 }
 
+TEST_CASE("train: 1, 2 and 3 threads give the same losses and weights, and --resume may change --threads",
+          "[train][determinism]") {
+    // A model large enough that every threaded path runs split (gemm tiles, layer norm's row blocks,
+    // attention's batched products, the loss rows). Same run: straight on 1 and on 2 threads; 3 steps on
+    // 2 threads, then --resume to 6 on 3 threads.
+    Corpus corpus(180, 20);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "one");
+    c.model.d_model = 64;
+    c.model.heads = 4;
+    c.model.ffn = 128;
+    c.data.batch_tokens = 1500;
+    c.max_steps = 6;
+    train_quietly(c);
+    c.out_dir = tmp / "two";
+    c.threads = 2;
+    train_quietly(c);
+    c.out_dir = tmp / "split";
+    c.max_steps = 3;
+    train_quietly(c);
+    tf::TrainConfig resume;
+    resume.out_dir = tmp / "split";
+    resume.resume = true;
+    resume.max_steps = 6;
+    resume.threads = 3;
+    train_quietly(resume);
+
+    const auto one = of_type(read_metrics(tmp / "one"), "train");
+    REQUIRE(one.size() == 6);
+    for (const std::string run : {"two", "split"}) {
+        INFO(run);
+        const auto other = of_type(read_metrics(tmp / run), "train");
+        REQUIRE(other.size() == one.size());
+        for (std::size_t i = 0; i < one.size(); ++i)
+            for (const char* key : {"loss", "nll", "grad_norm"}) CHECK(one[i].at(key).dump() == other[i].at(key).dump());
+        const tf::SafetensorsFile x = tf::load_safetensors(tmp / "one" + "/" + checkpoint_name(6));
+        const tf::SafetensorsFile y = tf::load_safetensors(tmp / run + "/" + checkpoint_name(6));
+        REQUIRE(x.tensors.size() == y.tensors.size());
+        for (const auto& [name, entry] : x.tensors) {
+            INFO(name);
+            CHECK(entry.values == y.tensors.at(name).values);
+        }
+    }
+}
+
 // ---- 2. refusing to overwrite ----------------------------------------------------------------------------
 
 TEST_CASE("train: a second run into the same --out is refused without --resume or --force", "[train]") {

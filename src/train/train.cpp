@@ -273,6 +273,8 @@ bool holds_run(const std::string& dir) {
 
 namespace {
 
+constexpr int kTokenizerThreads = 2;  // SentencePiece's trainer threads, whatever --threads says
+
 class Trainer {
 public:
     Trainer(TrainConfig config, std::ostream& log, bool bar) : c_(std::move(config)), log_(log), bar_(bar) {}
@@ -358,7 +360,9 @@ void Trainer::prepare_data() {
         opt.joint = c_.data.joint_vocab;
         opt.vocab_size = c_.data.vocab_size;
         opt.seed = c_.seed;
-        opt.num_threads = std::max(1, num_threads());
+        // A fixed count, not --threads: SentencePiece's unigram trainer adds up per-thread sums, so its
+        // vocabulary (and every loss after it) would depend on the thread count.
+        opt.num_threads = kTokenizerThreads;
         log_ << "training a " << to_string(c_.data.tokenizer) << " tokenizer (" << (opt.joint ? "joint" : "separate")
              << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
         tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);

@@ -1,0 +1,152 @@
+// Results that do not depend on the thread count: gemm's tiles, attention's batched products, layer norm's
+// row sums and a whole model's forward and backward give the same bits on 1, 2, 3 and 4 threads. CTest runs
+// the cases tagged [determinism] once per OpenBLAS kernel set these machines may use (Haswell, SkylakeX,
+// Zen and OpenBLAS's own choice; tests/CMakeLists.txt), so that a result which depends on a kernel's
+// blocking fails on any machine, not only on the CPU that picks that kernel.
+#include <catch2/catch.hpp>
+
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/blas.h"
+#include "tapeformer/gradcheck.h"
+#include "tapeformer/nn/transformer.h"
+#include "tapeformer/ops.h"
+#include "tapeformer/random.h"
+
+using tf::real;
+using tf::Shape;
+using tf::Tensor;
+
+namespace {
+
+const int kThreadCounts[] = {1, 2, 3, 4};
+
+// Runs f() under each thread count and checks that every run returns the same values as the first.
+template <class F>
+void check_same_on_every_thread_count(F f) {
+    const int before = tf::num_threads();
+    tf::set_threads(1);
+    const std::vector<std::vector<real>> one = f();
+    for (int threads : kThreadCounts) {
+        tf::set_threads(threads);
+        REQUIRE(tf::num_threads() == threads);
+        const std::vector<std::vector<real>> other = f();
+        REQUIRE(other.size() == one.size());
+        for (std::size_t i = 0; i < one.size(); ++i) {
+            INFO(threads << " threads, result " << i << " (" << one[i].size() << " values)");
+            CHECK(other[i] == one[i]);
+        }
+    }
+    tf::set_threads(before);
+}
+
+Tensor random(const Shape& shape, std::uint64_t seed, bool grad = false) {
+    return tf::random_tensor(shape, seed, -1, 1, grad);
+}
+
+std::string lower(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("determinism: OpenBLAS runs the kernel set that OPENBLAS_CORETYPE asks for", "[determinism]") {
+    const char* asked = std::getenv("OPENBLAS_CORETYPE");
+    INFO("OPENBLAS_CORETYPE " << (asked ? asked : "(unset)") << ", OpenBLAS core " << tf::blas_core());
+    if (asked) CHECK(lower(tf::blas_core()) == lower(asked));
+    else CHECK(std::string(tf::blas_core()).size() > 0);
+}
+
+TEST_CASE("determinism: gemm gives the same bits on any thread count, for every transpose", "[determinism]") {
+    // (M, N, K): row tiles; row and column tiles; one tile with a long inner dimension; a wide C.
+    const std::int64_t shapes[][3] = {{1280, 256, 256}, {600, 700, 40}, {17, 40, 5000}, {64, 8000, 256}, {256, 256, 1280}};
+    check_same_on_every_thread_count([&] {
+        std::vector<std::vector<real>> out;
+        std::uint64_t seed = 1;
+        for (const auto& s : shapes)
+            for (int ta = 0; ta < 2; ++ta)
+                for (int tb = 0; tb < 2; ++tb) {
+                    const std::int64_t M = s[0], N = s[1], K = s[2];
+                    Tensor A = random({M * K}, seed++), B = random({K * N}, seed++);
+                    std::vector<real> c = random({M * N}, seed++).to_vector();
+                    tf::gemm(ta, tb, M, N, K, real(0.5), A.data(), ta ? M : K, B.data(), tb ? K : N, 1, c.data(), N);
+                    out.push_back(std::move(c));
+                }
+        return out;
+    });
+}
+
+TEST_CASE("determinism: matmul forward and backward give the same bits on any thread count", "[determinism]") {
+    check_same_on_every_thread_count([] {
+        std::vector<std::vector<real>> out;
+        // Attention's many small products (B, H, T, D) @ (B, H, S, D)ᵀ, large batched ones, and a linear
+        // layer's (B, T, C) @ (C_out, C)ᵀ with a shared second operand.
+        const struct { Shape a, b; bool ta, tb; } cases[] = {
+            {{8, 4, 24, 16}, {8, 4, 24, 16}, false, true},
+            {{2, 160, 128}, {2, 160, 208}, true, false},
+            {{16, 80, 256}, {1024, 256}, false, true},
+        };
+        std::uint64_t seed = 100;
+        for (const auto& c : cases) {
+            Tensor a = random(c.a, seed++, true), b = random(c.b, seed++, true);
+            Tensor y = tf::matmul(a, b, c.ta, c.tb);
+            const std::vector<real> upstream = random(y.shape(), seed++).to_vector();
+            tf::backward(y, upstream);
+            out.push_back(y.to_vector());
+            out.emplace_back(a.grad(), a.grad() + a.numel());
+            out.emplace_back(b.grad(), b.grad() + b.numel());
+        }
+        return out;
+    });
+}
+
+TEST_CASE("determinism: layer norm's row sums (dγ, dβ) give the same bits on any thread count", "[determinism]") {
+    check_same_on_every_thread_count([] {
+        Tensor x = random({1000, 256}, 7, true), r = random({1000, 256}, 8, true);
+        Tensor gamma = random({256}, 9, true), beta = random({256}, 10, true);
+        Tensor y = tf::add_layer_norm(x, r, gamma, beta, real(1e-5));
+        tf::backward(y, random(y.shape(), 11).to_vector());
+        std::vector<std::vector<real>> out{y.to_vector()};
+        for (const Tensor* t : {&x, &r, &gamma, &beta}) out.emplace_back(t->grad(), t->grad() + t->numel());
+        return out;
+    });
+}
+
+TEST_CASE("determinism: a model's loss and every gradient give the same bits on any thread count", "[determinism]") {
+    tf::ModelConfig config;
+    config.src_vocab = config.tgt_vocab = 500;
+    config.d_model = 64;
+    config.heads = 4;
+    config.ffn = 128;
+    config.enc_layers = config.dec_layers = 2;
+    config.max_len = 64;
+    const std::int64_t B = 24, S = 30, T = 28;
+    tf::Rng data(3);
+    std::vector<std::int32_t> src(B * S), dec_in(B * T), target(B * T);
+    for (std::int64_t b = 0; b < B; ++b) {  // rows of different lengths, right-padded
+        const std::int64_t s_len = S - b % 7, t_len = T - b % 5;
+        for (std::int64_t i = 0; i < S; ++i) src[b * S + i] = i < s_len ? 4 + std::int32_t(data.below(496)) : 0;
+        for (std::int64_t i = 0; i < T; ++i) {
+            dec_in[b * T + i] = i < t_len ? 4 + std::int32_t(data.below(496)) : 0;
+            target[b * T + i] = i < t_len ? 4 + std::int32_t(data.below(496)) : 0;
+        }
+    }
+    check_same_on_every_thread_count([&] {
+        tf::Transformer model(config, 11);
+        tf::Rng dropout(5);
+        tf::Pass pass;
+        pass.dropout_rng = &dropout;
+        Tensor logits = model.forward(src, B, S, dec_in, T, pass);
+        Tensor loss = tf::sequence_loss(logits, target, 0, real(0.1));
+        tf::backward(loss);
+        std::vector<std::vector<real>> out{loss.to_vector()};
+        for (const auto& p : model.parameters()) out.emplace_back(p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
+        return out;
+    });
+}
