@@ -1,20 +1,57 @@
 // `tapeformer data ...`: commands that make datasets. `data toy` writes the toy translation corpus
-// (data/README.md describes its grammar); with the default options its files equal data/toy/.
+// (data/README.md describes its grammar); with the default options its files equal data/toy/. `data copy`
+// and `data reverse` write the synthetic sequence tasks of data/tasks.h.
 #include <iostream>
 #include <stdexcept>
 
 #include "tapeformer/cli/commands.h"
+#include "tapeformer/data/tasks.h"
 #include "tapeformer/data/toy.h"
 
 TF_NAMESPACE_BEGIN
 
+namespace {
+
+void add_sequence_task_command(CLI::App* data, SequenceTask task, const std::string& description) {
+    auto opt = std::make_shared<SequenceTaskOptions>(SequenceTaskOptions::defaults_for(task));
+    auto out_dir = std::make_shared<std::string>();
+    CLI::App* cmd = data->add_subcommand(to_string(task), description);
+    cmd->add_option("--out", *out_dir, "Directory to write the six files into (created if needed)")->required();
+    cmd->add_option("--seed", opt->seed, "Seed of the generator: same seed, same files on any machine")->capture_default_str();
+    cmd->add_option("--train", opt->train, "Pairs in train.{src,tgt}")->capture_default_str();
+    cmd->add_option("--valid", opt->valid, "Pairs in valid.{src,tgt}")->capture_default_str();
+    cmd->add_option("--test", opt->test, "Pairs in test.{src,tgt}")->capture_default_str();
+    cmd->add_option("--symbols", opt->symbols, "How many different symbols")->capture_default_str();
+    cmd->add_option("--first-symbol", opt->first_symbol, "The smallest symbol (symbols are integers)")->capture_default_str();
+    cmd->add_option("--train-min-len", opt->train_min_len, "Shortest training sequence")->capture_default_str();
+    cmd->add_option("--train-max-len", opt->train_max_len, "Longest training sequence")->capture_default_str();
+    cmd->add_option("--eval-min-len", opt->eval_min_len, "Shortest valid/test sequence")->capture_default_str();
+    cmd->add_option("--eval-max-len", opt->eval_max_len, "Longest valid/test sequence")->capture_default_str();
+    cmd->callback([opt, out_dir]() {
+        write_sequence_task(*out_dir, *opt);
+        std::cout << "wrote " << opt->train << " / " << opt->valid << " / " << opt->test << " train / valid / test "
+                  << to_string(opt->task) << " pairs (seed " << opt->seed << ") to " << *out_dir << "\n";
+        command_exit_code() = 0;
+    });
+}
+
+}  // namespace
+
 void add_data_command(CLI::App& app) {
-    CLI::App* data = app.add_subcommand("data", "Make datasets (run `tapeformer data toy --help`)");
+    CLI::App* data = app.add_subcommand("data", "Make datasets: the toy translation corpus, the copy and reverse tasks (see `tapeformer data toy --help`)");
     // Not require_subcommand(1): CLI11's "A subcommand is required" would not say which command needs one.
     data->callback([data]() {
         if (data->get_subcommands().empty())
-            throw std::runtime_error("`tapeformer data` needs a subcommand: toy (see tapeformer data --help)");
+            throw std::runtime_error(
+                "`tapeformer data` needs a subcommand: toy, copy or reverse (see tapeformer data --help)");
     });
+
+    add_sequence_task_command(data, SequenceTask::copy,
+                              "Write the copy task (the Annotated Transformer's): 10 symbols from 1..10 per line,\n"
+                              "the target equal to the source; 20000 / 1000 / 1000 pairs.");
+    add_sequence_task_command(data, SequenceTask::reverse,
+                              "Write the reverse task (JoeyNMT's): integers 0..49, the target reversed; training\n"
+                              "lengths 1..25, valid/test up to 30 (length generalisation); 50000 / 1000 / 1000 pairs.");
 
     auto opt = std::make_shared<ToyCorpusOptions>();
     auto out_dir = std::make_shared<std::string>();
