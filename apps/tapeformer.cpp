@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     tf::add_eval_command(app);
     tf::add_encode_command(app);
     tf::add_data_command(app);
+    tf::add_summary_command(app);
 
     try {
         app.parse(argc, argv);
