@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
     tf::add_encode_command(app);
     tf::add_data_command(app);
     tf::add_summary_command(app);
+    tf::add_heads_command(app);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,96 @@
+// Studying attention heads: which heads matter, how gradients reach them, what they attend to.
+//
+// Heads are named KIND:layer:head, 0-based, with E = encoder self-attention, D = decoder self-attention,
+// A = encoder–decoder (cross) attention. Every attention multiplies head h's output by a gate ξ_h
+// (nn/attention.h); the study gives each head a gate per query position, all 1, so that autograd's
+// gradient of the gate is the head's importance at that position (Michel et al. 2019):
+//   ∂L/∂ξ_{b,h,t} = ⟨o_{b,h,t}, ∂L/∂o_{b,h,t}⟩      o_{b,h,t}: head h's output at query t, before the merge
+// and the importance of a head is
+//   token:     I_h = (1/N_q) Σ_{b,t} |∂L/∂ξ_{b,h,t}|        (Michel et al.'s definition)
+//   sentence:  I_h = (1/B_total) Σ_b |Σ_t ∂L/∂ξ_{b,h,t}|     (one gate per sentence: Hugging Face's head_mask)
+//   batch:     I_h = (1/batches) Σ_batches |Σ_{b,t} ∂L/∂ξ_{b,h,t}| (one gate per batch: = ⟨W_o^h, ∂L/∂W_o^h⟩_F)
+// with L the token-summed NLL (or the label-smoothed loss) and N_q the non-pad query positions of that
+// attention: source tokens for E, target tokens for D and A.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tapeformer/data/batch.h"
+#include "tapeformer/nn/transformer.h"
+
+TF_NAMESPACE_BEGIN
+
+enum class HeadKind { E, D, A };
+
+struct HeadId {
+    HeadKind kind = HeadKind::E;
+    int layer = 0, head = 0;
+    std::string str() const;  // "E:0:1"
+    bool operator==(const HeadId& o) const { return kind == o.kind && layer == o.layer && head == o.head; }
+};
+
+char to_char(HeadKind kind);             // 'E', 'D', 'A'
+const char* describe(HeadKind kind);     // "encoder self-attention", ...
+
+// "E:0:1,A:2:3" -> heads. Throws std::invalid_argument naming the item and what is wrong (a malformed
+// spec, or a kind, layer or head that `config`'s model lacks).
+std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& config);
+
+// The attention module of a kind and layer.
+MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer);
+
+// Sets each listed head's gate to 0 (and every other gate to 1). Masking every head of a layer leaves
+// that attention's output equal to its out-projection bias: the layer then passes no information
+// between positions, which is a valid (if drastic) experiment, not an error.
+void mask_heads(Transformer& model, const std::vector<HeadId>& heads);
+
+enum class Granularity { token, sentence, batch };
+Granularity parse_granularity(const std::string& name);  // throws, listing the valid names
+const char* to_string(Granularity g);
+
+struct HeadStudyOptions {
+    std::int64_t batch_tokens = 4096;   // B · max(S, T) per batch; batches are cut in file order
+    Granularity granularity = Granularity::token;
+    bool smoothed = false;              // the label-smoothed loss instead of the plain NLL
+    double label_smoothing = 0.1;       // ε when smoothed
+    bool normalise = true;              // divide importances by their L2 norm over each (kind, layer)
+};
+
+struct HeadStats {
+    HeadId id;
+    double importance = 0;      // normalised per (kind, layer) unless the options say raw
+    double importance_raw = 0;  // before normalisation
+    // ‖∂L/∂·‖₂ of the head's own slices: its D rows of W_q, W_k, W_v (and biases) in the fused (3C, C)
+    // in-projection, its D columns of the out-projection W_o.
+    double grad_wq = 0, grad_wk = 0, grad_wv = 0, grad_wo = 0, grad_bq = 0, grad_bk = 0, grad_bv = 0;
+    // Over non-pad queries (all means are per query):
+    double entropy = 0;             // −Σ_j a_ij ln a_ij, nats
+    double entropy_normalised = 0;  // entropy / ln(visible keys), over queries that see at least 2 keys
+    double confidence = 0;          // max_j a_ij over keys that are not EOS (Voita et al. 2019)
+    double eos_share = 0;           // Σ over EOS keys of a_ij (E, A: the source's EOS; D: always 0)
+    double bos_share = 0;           // Σ over BOS keys (D: the decoder's first input; E, A: 0)
+    // Self-attention only (E, D): Σ_j a_ij |i − j|; the most frequent offset argmax_j a_ij − i and the share
+    // of queries whose argmax has it (≥ 0.9: a positional head, Voita et al.'s rule).
+    double mean_distance = 0;
+    int argmax_offset = 0;
+    double argmax_offset_share = 0;
+};
+
+struct HeadReport {
+    std::vector<HeadStats> heads;     // E layers, then D, then A; heads in order within a layer
+    std::int64_t pairs = 0, batches = 0;
+    std::int64_t src_tokens = 0, tgt_tokens = 0;  // N_q of E, and of D and A
+    double loss = 0;                  // the loss the gradients are of, summed over target tokens
+    HeadStudyOptions options;
+};
+
+// Runs the model over the pairs (dropout off), accumulating over all batches. The model's gates are left
+// as they were (masked heads stay masked and are measured as such).
+HeadReport study_heads(Transformer& model, const std::vector<Example>& examples, const HeadStudyOptions& options);
+
+std::string heads_json(const HeadReport& report);   // one object: settings, totals, "heads": [...]
+std::string heads_csv(const HeadReport& report);    // one row per head, a header line first
+std::string heads_tables(const HeadReport& report); // per kind: layers × heads of importance, then entropy
+
+TF_NAMESPACE_END

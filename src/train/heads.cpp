@@ -1,0 +1,406 @@
+// study_heads(): one teacher-forced pass with gradients per batch, in file order. Each attention gets a gate
+// tensor ξ (B, H, Tq, 1) of ones (or zeros for masked heads) that requires grad; after backward its
+// gradient holds ⟨o_{b,h,t}, ∂L/∂o_{b,h,t}⟩ for every head and query, and the attention weights kept by the
+// pass give the statistics. Parameter gradients accumulate over all batches: they are of the loss summed
+// over every target token of the data.
+#include "tapeformer/heads.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/ops.h"
+
+TF_NAMESPACE_BEGIN
+
+char to_char(HeadKind kind) { return kind == HeadKind::E ? 'E' : kind == HeadKind::D ? 'D' : 'A'; }
+
+const char* describe(HeadKind kind) {
+    return kind == HeadKind::E ? "encoder self-attention"
+           : kind == HeadKind::D ? "decoder self-attention"
+                                 : "encoder-decoder (cross) attention";
+}
+
+std::string HeadId::str() const { return std::string(1, to_char(kind)) + ":" + std::to_string(layer) + ":" + std::to_string(head); }
+
+namespace {
+
+int layers_of(const ModelConfig& c, HeadKind kind) { return int(kind == HeadKind::E ? c.enc_layers : c.dec_layers); }
+
+const HeadKind kKinds[] = {HeadKind::E, HeadKind::D, HeadKind::A};
+
+int parse_index(const std::string& item, const std::string& text, const char* what) {
+    std::size_t used = 0;
+    int value = -1;
+    try {
+        value = std::stoi(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != text.size() || value < 0)
+        throw std::invalid_argument("head '" + item + "': the " + what + " must be a number >= 0, got '" + text + "'");
+    return value;
+}
+
+}  // namespace
+
+std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& config) {
+    std::vector<HeadId> heads;
+    std::stringstream items(spec);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+        if (item.empty()) throw std::invalid_argument("head list '" + spec + "': an empty item (expected KIND:layer:head, e.g. E:0:1)");
+        const std::size_t a = item.find(':'), b = a == std::string::npos ? a : item.find(':', a + 1);
+        if (b == std::string::npos || item.find(':', b + 1) != std::string::npos)
+            throw std::invalid_argument("head '" + item + "': expected KIND:layer:head, e.g. E:0:1 (KIND is E, D or A)");
+        const std::string kind = item.substr(0, a);
+        HeadId id;
+        if (kind == "E") id.kind = HeadKind::E;
+        else if (kind == "D") id.kind = HeadKind::D;
+        else if (kind == "A") id.kind = HeadKind::A;
+        else
+            throw std::invalid_argument("head '" + item + "': the kind must be E (encoder self-attention), D (decoder " +
+                                        "self-attention) or A (cross-attention), got '" + kind + "'");
+        id.layer = parse_index(item, item.substr(a + 1, b - a - 1), "layer");
+        id.head = parse_index(item, item.substr(b + 1), "head");
+        if (id.layer >= layers_of(config, id.kind))
+            throw std::invalid_argument("head '" + item + "': the model's " + describe(id.kind) + " has layers 0.." +
+                                        std::to_string(layers_of(config, id.kind) - 1));
+        if (id.head >= config.heads)
+            throw std::invalid_argument("head '" + item + "': the model has heads 0.." + std::to_string(config.heads - 1) +
+                                        " in each attention");
+        if (std::find(heads.begin(), heads.end(), id) == heads.end()) heads.push_back(id);
+    }
+    if (heads.empty()) throw std::invalid_argument("head list '" + spec + "' names no head (expected e.g. E:0:1,A:2:3)");
+    return heads;
+}
+
+MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer) {
+    if (kind == HeadKind::E) return model.encoder.at(std::size_t(layer)).self_attn;
+    if (kind == HeadKind::D) return model.decoder.at(std::size_t(layer)).self_attn;
+    return model.decoder.at(std::size_t(layer)).multihead_attn;
+}
+
+void mask_heads(Transformer& model, const std::vector<HeadId>& heads) {
+    for (HeadKind kind : kKinds)
+        for (int l = 0; l < layers_of(model.config, kind); ++l) {
+            MultiHeadAttention& m = attention_of(model, kind, l);
+            m.gate = Tensor::full({1, m.H, 1, 1}, 1);
+        }
+    for (const HeadId& h : heads) attention_of(model, h.kind, h.layer).gate.data()[h.head] = 0;
+}
+
+Granularity parse_granularity(const std::string& name) {
+    if (name == "token") return Granularity::token;
+    if (name == "sentence") return Granularity::sentence;
+    if (name == "batch") return Granularity::batch;
+    throw std::invalid_argument("granularity must be token, sentence or batch, got '" + name + "'");
+}
+
+const char* to_string(Granularity g) {
+    return g == Granularity::token ? "token" : g == Granularity::sentence ? "sentence" : "batch";
+}
+
+namespace {
+
+// Consecutive examples, in file order, while B · max(S, T) stays within the budget (S = source + EOS,
+// T = BOS + target); an example too long for the budget alone gets a batch of its own.
+std::vector<std::vector<std::int64_t>> file_order_batches(const std::vector<Example>& examples, std::int64_t budget) {
+    std::vector<std::vector<std::int64_t>> batches;
+    std::vector<std::int64_t> current;
+    std::int64_t longest = 0;
+    for (std::int64_t i = 0; i < std::int64_t(examples.size()); ++i) {
+        const std::int64_t len = std::int64_t(std::max(examples[i].src.size(), examples[i].tgt.size())) + 1;
+        const std::int64_t would = std::max(longest, len) * std::int64_t(current.size() + 1);
+        if (!current.empty() && would > budget) {
+            batches.push_back(std::move(current));
+            current.clear();
+            longest = 0;
+        }
+        current.push_back(i);
+        longest = std::max(longest, len);
+    }
+    if (!current.empty()) batches.push_back(std::move(current));
+    return batches;
+}
+
+// What one head accumulates over the data before the means are taken.
+struct HeadSums {
+    double importance = 0;       // Σ |gate gradient| at the granularity's level
+    double importance_count = 0; // the N it is divided by
+    double entropy = 0, entropy_normalised = 0, confidence = 0, eos = 0, bos = 0, distance = 0;
+    std::int64_t queries = 0, normalisable = 0;
+    std::map<int, std::int64_t> argmax_offsets;
+};
+
+struct Attention {
+    HeadKind kind;
+    int layer;
+    MultiHeadAttention* module;
+    Tensor saved_gate;         // (1, H, 1, 1) as the model had it
+    Tensor gate;               // (B, H, Tq, 1) of this batch
+    std::vector<HeadSums> sums;
+};
+
+// Adds one batch's gate gradients and attention weights of one attention to its sums.
+void accumulate(Attention& at, const Batch& b, Granularity granularity) {
+    const MultiHeadAttention& m = *at.module;
+    const std::int64_t B = b.B, H = m.H;
+    const bool self = at.kind != HeadKind::A;
+    const std::int64_t Tq = at.kind == HeadKind::E ? b.S : b.T, Tk = at.kind == HeadKind::D ? b.T : b.S;
+    const real* g = at.gate.grad();                // (B, H, Tq, 1)
+    const real* w = m.last_weights.data();         // (B, H, Tq, Tk)
+    for (std::int64_t h = 0; h < H; ++h) {
+        HeadSums& s = at.sums[std::size_t(h)];
+        double batch_sum = 0;
+        for (std::int64_t r = 0; r < B; ++r) {
+            const std::int64_t q_len = at.kind == HeadKind::E ? b.src_len[r] : b.tgt_len[r];
+            const std::int64_t k_len = at.kind == HeadKind::D ? b.tgt_len[r] : b.src_len[r];
+            double sentence_sum = 0;
+            for (std::int64_t t = 0; t < q_len; ++t) {
+                const double gt = g ? g[(r * H + h) * Tq + t] : 0.0;
+                sentence_sum += gt;
+                if (granularity == Granularity::token) s.importance += std::fabs(gt);
+                const real* a = w + ((r * H + h) * Tq + t) * Tk;  // (Tk): this query's weights
+                const std::int64_t visible = at.kind == HeadKind::D ? t + 1 : k_len;
+                double entropy = 0, best = -1;
+                std::int64_t argmax = 0;
+                for (std::int64_t j = 0; j < visible; ++j) {
+                    const double p = a[j];
+                    if (p > 0) entropy -= p * std::log(p);
+                    if (p > a[argmax]) argmax = j;
+                    const bool eos = at.kind != HeadKind::D && j == k_len - 1;
+                    if (!eos) best = std::max(best, p);
+                    if (eos) s.eos += p;
+                    if (at.kind == HeadKind::D && j == 0) s.bos += p;
+                    if (self) s.distance += p * double(std::llabs(t - j));
+                }
+                s.entropy += entropy;
+                if (visible > 1) {
+                    s.entropy_normalised += entropy / std::log(double(visible));
+                    ++s.normalisable;
+                }
+                s.confidence += std::max(best, 0.0);
+                if (self) ++s.argmax_offsets[int(argmax - t)];
+                ++s.queries;
+            }
+            batch_sum += sentence_sum;
+            if (granularity == Granularity::sentence) {
+                s.importance += std::fabs(sentence_sum);
+                s.importance_count += 1;
+            }
+        }
+        if (granularity == Granularity::batch) {
+            s.importance += std::fabs(batch_sum);
+            s.importance_count += 1;
+        }
+    }
+    if (granularity == Granularity::token)
+        for (auto& s : at.sums) s.importance_count = double(s.queries);
+}
+
+double norm_of_rows(const Tensor& t, std::int64_t r0, std::int64_t r1) {  // ‖grad rows [r0, r1)‖₂ of a (R, C) or (R)
+    const real* g = t.grad();
+    if (!g) return 0;
+    const std::int64_t width = t.rank() == 2 ? t.size(1) : 1;
+    double s = 0;
+    for (std::int64_t i = r0 * width; i < r1 * width; ++i) s += double(g[i]) * g[i];
+    return std::sqrt(s);
+}
+
+double norm_of_columns(const Tensor& t, std::int64_t c0, std::int64_t c1) {  // ‖grad columns [c0, c1)‖₂ of (R, C)
+    const real* g = t.grad();
+    if (!g) return 0;
+    double s = 0;
+    for (std::int64_t r = 0; r < t.size(0); ++r)
+        for (std::int64_t c = c0; c < c1; ++c) s += double(g[r * t.size(1) + c]) * g[r * t.size(1) + c];
+    return std::sqrt(s);
+}
+
+}  // namespace
+
+HeadReport study_heads(Transformer& model, const std::vector<Example>& examples, const HeadStudyOptions& options) {
+    if (examples.empty()) throw std::invalid_argument("heads: no sentence pairs to study");
+    if (options.batch_tokens < 1) throw std::invalid_argument("heads: --batch-tokens must be >= 1");
+    for (const Example& e : examples)
+        if (std::int64_t(std::max(e.src.size(), e.tgt.size())) + 1 > model.config.max_len)
+            throw std::invalid_argument("heads: a pair of " + std::to_string(e.src.size()) + " / " + std::to_string(e.tgt.size()) +
+                                        " tokens is longer than the model's " + std::to_string(model.config.max_len) +
+                                        " positions (leave such pairs out)");
+    HeadReport report;
+    report.options = options;
+    std::vector<Attention> attentions;
+    for (HeadKind kind : kKinds)
+        for (int l = 0; l < layers_of(model.config, kind); ++l) {
+            MultiHeadAttention& m = attention_of(model, kind, l);
+            Attention at{kind, l, &m, m.gate, Tensor(), std::vector<HeadSums>(std::size_t(m.H))};
+            if (at.saved_gate.numel() != m.H) throw std::logic_error("heads: a gate that is not one value per head");
+            attentions.push_back(std::move(at));
+        }
+    for (const auto& p : model.parameters()) {
+        Tensor t = p.tensor;
+        if (t.has_grad()) t.zero_grad();
+    }
+
+    for (const auto& indices : file_order_batches(examples, options.batch_tokens)) {
+        const Batch b = make_batch(examples, indices);
+        for (Attention& at : attentions) {  // ξ (B, H, Tq, 1): the head's saved gate at every query
+            const std::int64_t H = at.module->H, Tq = at.kind == HeadKind::E ? b.S : b.T;
+            at.gate = Tensor::empty({b.B, H, Tq, 1});
+            for (std::int64_t i = 0; i < at.gate.numel(); ++i) at.gate.data()[i] = at.saved_gate.data()[(i / Tq) % H];
+            at.gate.set_requires_grad(true);
+            at.module->gate = at.gate;
+        }
+        Pass pass;
+        pass.keep_attention = true;
+        Tensor logits = model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
+        LossReport r;
+        Tensor mean = sequence_loss(logits, b.target, model.config.pad_id,
+                                    real(options.smoothed ? options.label_smoothing : 0.0), &r);
+        Tensor loss = scale(mean, real(r.tokens));  // summed over the batch's target tokens
+        backward(loss);
+        report.loss += double(loss.item());
+        for (Attention& at : attentions) accumulate(at, b, options.granularity);
+        report.pairs += b.B;
+        report.src_tokens += b.num_src_tokens;
+        report.tgt_tokens += b.num_tgt_tokens;
+        ++report.batches;
+    }
+    for (Attention& at : attentions) {
+        at.module->gate = at.saved_gate;
+        at.module->last_weights = Tensor();
+    }
+
+    for (const Attention& at : attentions) {
+        const MultiHeadAttention& m = *at.module;
+        const std::int64_t C = m.C, D = m.D;
+        double layer_norm = 0;
+        const std::size_t first = report.heads.size();
+        for (std::int64_t h = 0; h < m.H; ++h) {
+            const HeadSums& s = at.sums[std::size_t(h)];
+            HeadStats st;
+            st.id = {at.kind, at.layer, int(h)};
+            st.importance_raw = s.importance_count ? s.importance / s.importance_count : 0;
+            layer_norm += st.importance_raw * st.importance_raw;
+            st.grad_wq = norm_of_rows(m.in_proj_weight, h * D, (h + 1) * D);
+            st.grad_wk = norm_of_rows(m.in_proj_weight, C + h * D, C + (h + 1) * D);
+            st.grad_wv = norm_of_rows(m.in_proj_weight, 2 * C + h * D, 2 * C + (h + 1) * D);
+            st.grad_bq = norm_of_rows(m.in_proj_bias, h * D, (h + 1) * D);
+            st.grad_bk = norm_of_rows(m.in_proj_bias, C + h * D, C + (h + 1) * D);
+            st.grad_bv = norm_of_rows(m.in_proj_bias, 2 * C + h * D, 2 * C + (h + 1) * D);
+            st.grad_wo = norm_of_columns(m.out_proj.weight, h * D, (h + 1) * D);
+            const double q = double(std::max<std::int64_t>(s.queries, 1));
+            st.entropy = s.entropy / q;
+            st.entropy_normalised = s.normalisable ? s.entropy_normalised / double(s.normalisable) : 0;
+            st.confidence = s.confidence / q;
+            st.eos_share = s.eos / q;
+            st.bos_share = s.bos / q;
+            st.mean_distance = s.distance / q;
+            for (const auto& [offset, count] : s.argmax_offsets)
+                if (double(count) / q > st.argmax_offset_share) {
+                    st.argmax_offset = offset;
+                    st.argmax_offset_share = double(count) / q;
+                }
+            report.heads.push_back(st);
+        }
+        layer_norm = std::sqrt(layer_norm);
+        for (std::size_t i = first; i < report.heads.size(); ++i) {
+            HeadStats& st = report.heads[i];
+            st.importance = !options.normalise ? st.importance_raw : layer_norm > 0 ? st.importance_raw / layer_norm : 0;
+        }
+    }
+    return report;
+}
+
+std::string heads_json(const HeadReport& r) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (const HeadStats& s : r.heads) {
+        nlohmann::json h = {
+            {"head", s.id.str()}, {"kind", std::string(1, to_char(s.id.kind))}, {"layer", s.id.layer}, {"index", s.id.head},
+            {"importance", s.importance}, {"importance_raw", s.importance_raw},
+            {"grad_norm", {{"wq", s.grad_wq}, {"wk", s.grad_wk}, {"wv", s.grad_wv}, {"wo", s.grad_wo},
+                           {"bq", s.grad_bq}, {"bk", s.grad_bk}, {"bv", s.grad_bv}}},
+            {"entropy", s.entropy}, {"entropy_normalised", s.entropy_normalised}, {"confidence", s.confidence},
+            {"eos_share", s.eos_share}, {"bos_share", s.bos_share}};
+        if (s.id.kind != HeadKind::A) {
+            h["mean_distance"] = s.mean_distance;
+            h["argmax_offset"] = s.argmax_offset;
+            h["argmax_offset_share"] = s.argmax_offset_share;
+            h["positional"] = s.argmax_offset_share >= 0.9;
+        }
+        heads.push_back(std::move(h));
+    }
+    nlohmann::json out = {
+        {"pairs", r.pairs}, {"batches", r.batches}, {"src_tokens", r.src_tokens}, {"tgt_tokens", r.tgt_tokens},
+        {"loss", r.options.smoothed ? "label-smoothed cross-entropy, summed over target tokens" : "NLL, summed over target tokens"},
+        {"loss_value", r.loss},
+        {"granularity", to_string(r.options.granularity)},
+        {"label_smoothing", r.options.smoothed ? r.options.label_smoothing : 0.0},
+        {"importance_normalised", r.options.normalise},
+        {"dropout", false},
+        {"heads", heads}};
+    return out.dump(1) + "\n";
+}
+
+std::string heads_csv(const HeadReport& r) {
+    std::ostringstream o;
+    o << "head,kind,layer,index,importance,importance_raw,grad_wq,grad_wk,grad_wv,grad_wo,grad_bq,grad_bk,grad_bv,"
+         "entropy,entropy_normalised,confidence,eos_share,bos_share,mean_distance,argmax_offset,argmax_offset_share\n";
+    o.precision(9);
+    for (const HeadStats& s : r.heads) {
+        const bool self = s.id.kind != HeadKind::A;
+        o << s.id.str() << ',' << to_char(s.id.kind) << ',' << s.id.layer << ',' << s.id.head << ',' << s.importance << ','
+          << s.importance_raw << ',' << s.grad_wq << ',' << s.grad_wk << ',' << s.grad_wv << ',' << s.grad_wo << ','
+          << s.grad_bq << ',' << s.grad_bk << ',' << s.grad_bv << ',' << s.entropy << ',' << s.entropy_normalised << ','
+          << s.confidence << ',' << s.eos_share << ',' << s.bos_share << ',';
+        if (self) o << s.mean_distance << ',' << s.argmax_offset << ',' << s.argmax_offset_share;
+        else o << ",,";
+        o << '\n';
+    }
+    return o.str();
+}
+
+std::string heads_tables(const HeadReport& r) {
+    std::ostringstream o;
+    char cell[32];
+    for (HeadKind kind : kKinds) {
+        int layers = 0, heads = 0;
+        for (const HeadStats& s : r.heads)
+            if (s.id.kind == kind) {
+                layers = std::max(layers, s.id.layer + 1);
+                heads = std::max(heads, s.id.head + 1);
+            }
+        if (!layers) continue;
+        for (int table = 0; table < 2; ++table) {
+            o << to_char(kind) << " = " << describe(kind) << ": "
+              << (table == 0 ? std::string("importance (") + to_string(r.options.granularity) +
+                                   (r.options.normalise ? ", normalised per layer)" : ", raw)")
+                             : std::string("attention entropy (nats)"))
+              << "\n  layer";
+            for (int h = 0; h < heads; ++h) {
+                std::snprintf(cell, sizeof cell, "%9s", ("head " + std::to_string(h)).c_str());
+                o << cell;
+            }
+            o << "\n";
+            for (int l = 0; l < layers; ++l) {
+                std::snprintf(cell, sizeof cell, "  %5d", l);
+                o << cell;
+                for (const HeadStats& s : r.heads)
+                    if (s.id.kind == kind && s.id.layer == l) {
+                        std::snprintf(cell, sizeof cell, "%9.4f", table == 0 ? s.importance : s.entropy);
+                        o << cell;
+                    }
+                o << "\n";
+            }
+        }
+        o << "\n";
+    }
+    return o.str();
+}
+
+TF_NAMESPACE_END

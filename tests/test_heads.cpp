@@ -1,0 +1,213 @@
+// tapeformer heads (heads.h): head specs, masking, importance at each granularity, gradient norms and
+// attention statistics on cases whose answer is known, and the command's files and errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tapeformer/gradcheck.h"
+#include "tapeformer/heads.h"
+#include "helpers.h"
+
+using namespace tf_test;
+
+namespace {
+
+tf::ModelConfig tiny() {
+    tf::ModelConfig c;
+    c.src_vocab = c.tgt_vocab = 20;
+    c.d_model = 16;
+    c.heads = 4;
+    c.ffn = 24;
+    c.enc_layers = 2;
+    c.dec_layers = 1;
+    c.max_len = 24;
+    c.dropout = c.attention_dropout = c.activation_dropout = 0;
+    return c;
+}
+
+std::vector<tf::Example> examples(int n, std::uint64_t seed) {
+    tf::Rng rng(seed);
+    std::vector<tf::Example> out(static_cast<std::size_t>(n));
+    for (auto& e : out) {
+        e.src.resize(2 + rng.below(8));
+        e.tgt.resize(2 + rng.below(8));
+        for (auto& x : e.src) x = 4 + std::int32_t(rng.below(16));
+        for (auto& x : e.tgt) x = 4 + std::int32_t(rng.below(16));
+    }
+    return out;
+}
+
+const tf::HeadStats& find(const tf::HeadReport& r, const std::string& name) {
+    for (const auto& h : r.heads)
+        if (h.id.str() == name) return h;
+    FAIL("no head " << name);
+    return r.heads.front();
+}
+
+}  // namespace
+
+TEST_CASE("heads: specs are parsed, and every malformed or missing head is named", "[heads]") {
+    const tf::ModelConfig c = tiny();
+    const auto heads = tf::parse_head_list("E:0:1,A:0:3,D:0:0,E:0:1", c);
+    REQUIRE(heads.size() == 3);  // duplicates once
+    CHECK(heads[1].str() == "A:0:3");
+    auto error = [&](const std::string& spec) {
+        try {
+            tf::parse_head_list(spec, c);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    CHECK_THAT(error("X:0:1"), Catch::Contains("'X:0:1'") && Catch::Contains("E (encoder"));
+    CHECK_THAT(error("E:2:0"), Catch::Contains("layers 0..1"));
+    CHECK_THAT(error("D:1:0"), Catch::Contains("layers 0..0"));
+    CHECK_THAT(error("E:0:4"), Catch::Contains("heads 0..3"));
+    CHECK_THAT(error("E:0"), Catch::Contains("KIND:layer:head"));
+    CHECK_THAT(error("E:0:-1"), Catch::Contains("number >= 0"));
+    CHECK_THAT(error("E:0:1,,A:0:0"), Catch::Contains("empty item"));
+    CHECK_THAT(error(""), Catch::Contains("names no head"));
+}
+
+TEST_CASE("heads: importance is normalised per layer, batch importance is <W_o^h, dL/dW_o^h>, b_k gets none",
+          "[heads]") {
+    tf::Transformer model(tiny(), 3);
+    const auto data = examples(12, 5);
+    tf::HeadStudyOptions opt;
+    opt.batch_tokens = 100000;  // one batch: the batch granularity is then one gate gradient per head
+    opt.granularity = tf::Granularity::batch;
+    const tf::HeadReport r = tf::study_heads(model, data, opt);
+    REQUIRE(r.heads.size() == std::size_t(4 * (2 + 1 + 1)));
+    CHECK(r.batches == 1);
+    CHECK(r.pairs == 12);
+    for (const char* layer : {"E:0:", "E:1:", "D:0:", "A:0:"}) {
+        double sq = 0;
+        for (int h = 0; h < 4; ++h) sq += std::pow(find(r, layer + std::to_string(h)).importance, 2);
+        CHECK(sq == Approx(1.0).epsilon(1e-9));
+    }
+    // After the study the parameters hold ∂L/∂θ of the summed NLL: the identity can be checked on them.
+    for (const auto& [kind, layer] : {std::pair{tf::HeadKind::E, 1}, {tf::HeadKind::A, 0}}) {
+        const tf::MultiHeadAttention& m = tf::attention_of(model, kind, layer);
+        for (int h = 0; h < 4; ++h) {
+            double frobenius = 0;
+            for (std::int64_t row = 0; row < m.C; ++row)
+                for (std::int64_t k = h * m.D; k < (h + 1) * m.D; ++k)
+                    frobenius += double(m.out_proj.weight.data()[row * m.C + k]) * m.out_proj.weight.grad()[row * m.C + k];
+            const tf::HeadStats& s = find(r, tf::HeadId{kind, layer, h}.str());
+            INFO(s.id.str());
+            CHECK(s.importance_raw == Approx(std::fabs(frobenius)).epsilon(1e-4));
+            CHECK(s.grad_bk < 1e-4 * s.grad_bq);  // float32 rounding only
+            CHECK(s.grad_wo > 0);
+        }
+    }
+    CHECK(model.encoder[0].self_attn.gate.shape() == tf::Shape{1, 4, 1, 1});  // the model's gates are back
+}
+
+TEST_CASE("heads: token importance is at least sentence importance, which is at least batch importance", "[heads]") {
+    tf::Transformer model(tiny(), 4);
+    const auto data = examples(10, 6);
+    tf::HeadStudyOptions opt;
+    opt.batch_tokens = 100000;
+    opt.normalise = false;
+    std::vector<tf::HeadReport> r;
+    for (auto g : {tf::Granularity::token, tf::Granularity::sentence, tf::Granularity::batch}) {
+        opt.granularity = g;
+        r.push_back(tf::study_heads(model, data, opt));
+    }
+    // |Σ| ≤ Σ|·|: per head, N_q·token ≥ B·sentence ≥ 1·batch (the sums of absolute values shrink as the
+    // absolute value moves outwards).
+    for (std::size_t i = 0; i < r[0].heads.size(); ++i) {
+        INFO(r[0].heads[i].id.str());
+        const double n_q = double(r[0].heads[i].id.kind == tf::HeadKind::E ? r[0].src_tokens : r[0].tgt_tokens);
+        CHECK(r[0].heads[i].importance_raw * n_q >= r[1].heads[i].importance_raw * 10 * (1 - 1e-9));
+        CHECK(r[1].heads[i].importance_raw * 10 >= r[2].heads[i].importance_raw * (1 - 1e-9));
+    }
+}
+
+TEST_CASE("heads: with zero query/key weights every head attends uniformly, and the statistics say so", "[heads]") {
+    tf::Transformer model(tiny(), 7);
+    for (auto& [name, m] : model.attentions())
+        for (std::int64_t i = 0; i < 2 * m->C * m->C; ++i) m->in_proj_weight.data()[i] = 0;  // W_q, W_k
+    for (auto& [name, m] : model.attentions())
+        for (std::int64_t i = 0; i < 2 * m->C; ++i) m->in_proj_bias.data()[i] = 0;
+    std::vector<tf::Example> data(1);
+    data[0].src = {5, 6, 7, 8};   // S = 5 with EOS
+    data[0].tgt = {9, 10, 11};    // T = 4 with BOS
+    const tf::HeadReport r = tf::study_heads(model, data, {});
+    const tf::HeadStats& e = find(r, "E:0:2");
+    CHECK(e.entropy == Approx(std::log(5.0)).epsilon(1e-5));
+    CHECK(e.entropy_normalised == Approx(1.0).epsilon(1e-5));
+    CHECK(e.eos_share == Approx(0.2).epsilon(1e-5));
+    CHECK(e.confidence == Approx(0.2).epsilon(1e-5));
+    CHECK(e.mean_distance == Approx(40.0 / 25).epsilon(1e-5));  // Σ_i Σ_j |i − j| / 25 over 5 positions
+    // The causal decoder: query t sees t + 1 keys with weight 1/(t+1) each.
+    const tf::HeadStats& d = find(r, "D:0:0");
+    double entropy = 0, distance = 0, bos = 0;
+    for (int t = 0; t < 4; ++t) {
+        entropy += std::log(t + 1.0);
+        bos += 1.0 / (t + 1);
+        distance += t / 2.0;  // Σ_j (t − j)/(t + 1) for j ≤ t
+    }
+    CHECK(d.entropy == Approx(entropy / 4).epsilon(1e-5));
+    CHECK(d.entropy_normalised == Approx(1.0).epsilon(1e-5));  // over the 3 queries with 2+ keys
+    CHECK(d.bos_share == Approx(bos / 4).epsilon(1e-5));
+    CHECK(d.mean_distance == Approx(distance / 4).epsilon(1e-5));
+    CHECK(d.eos_share == 0);
+}
+
+TEST_CASE("heads: masking every head of a layer leaves its attention output equal to the out-projection bias",
+          "[heads]") {
+    tf::Transformer model(tiny(), 8);
+    tf::mask_heads(model, tf::parse_head_list("E:1:0,E:1:1,E:1:2,E:1:3", model.config));
+    tf::MultiHeadAttention& m = tf::attention_of(model, tf::HeadKind::E, 1);
+    for (std::int64_t i = 0; i < m.out_proj.bias.numel(); ++i) m.out_proj.bias.data()[i] = tf::real(0.1 * i);
+    tf::Tensor x = tf::random_tensor({2, 3, 16}, 1, -1, 1, false);
+    tf::Tensor y = m.forward(x, x, tf::Tensor(), tf::Pass{});
+    for (std::int64_t r = 0; r < 6; ++r)
+        for (std::int64_t i = 0; i < 16; ++i) CHECK(y.data()[r * 16 + i] == Approx(0.1 * i).margin(1e-6));
+    tf::mask_heads(model, {});
+    CHECK(m.gate.to_vector() == std::vector<tf::real>(4, 1));
+}
+
+TEST_CASE("heads: the command writes heads.json and heads.csv for every head; bad input is one line on stderr",
+          "[heads][cli]") {
+    TempDir tmp;
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    const std::string cli = shell_quote(TF_CLI) + " --threads 1 ";
+    const std::string model = tmp / "model", out = tmp / "heads", err = tmp / "err";
+    const std::string train = cli + "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " +
+                              shell_quote(toy + "valid.tgt") + " --tokenizer word --vocab-size 0 --d-model 16 --heads 2" +
+                              " --ffn 32 --layers 1 --max-steps 3 --out " + shell_quote(model) + " >/dev/null 2>&1";
+    REQUIRE(std::system(train.c_str()) == 0);
+    const std::string heads = cli + "heads --model " + shell_quote(model) + " --src " + shell_quote(toy + "test.src") +
+                              " --tgt " + shell_quote(toy + "test.tgt") + " --out " + shell_quote(out) +
+                              " --mask-heads A:0:1 >" + shell_quote(tmp / "table") + " 2>" + shell_quote(err);
+    REQUIRE(std::system(heads.c_str()) == 0);
+    const auto j = nlohmann::json::parse(read_all(out + "/heads.json"));
+    CHECK(j.at("pairs") == 1000);
+    REQUIRE(j.at("heads").size() == 6);  // E, D, A × 1 layer × 2 heads
+    CHECK(j.at("heads")[5].at("head") == "A:0:1");
+    CHECK(split_lines(read_all(out + "/heads.csv")).size() == 7);
+    CHECK_THAT(read_all(tmp / "table"), Catch::Contains("A = encoder-decoder (cross) attention"));
+
+    for (const std::string& bad : {std::string(" --mask-heads A:3:0"), std::string(" --granularity word")}) {
+        INFO(bad);
+        const std::string cmd = cli + "heads --model " + shell_quote(model) + " --src " + shell_quote(toy + "test.src") +
+                                " --tgt " + shell_quote(toy + "test.tgt") + " --out " + shell_quote(tmp / "x") + bad +
+                                " >/dev/null 2>" + shell_quote(err);
+        CHECK(std::system(cmd.c_str()) != 0);
+        CHECK(split_lines(read_all(err)).size() == 1);
+        CHECK_FALSE(std::filesystem::exists(tmp / "x"));
+    }
+    write_all(tmp / "empty.src", "");
+    write_all(tmp / "empty.tgt", "");
+    const std::string empty = cli + "heads --model " + shell_quote(model) + " --src " + shell_quote(tmp / "empty.src") +
+                              " --tgt " + shell_quote(tmp / "empty.tgt") + " --out " + shell_quote(tmp / "x") +
+                              " >/dev/null 2>" + shell_quote(err);
+    CHECK(std::system(empty.c_str()) != 0);
+    CHECK_THAT(read_all(err), Catch::Contains("no pair to study"));
+}
