@@ -10,6 +10,7 @@
 
 #include "tapeformer/gradcheck.h"
 #include "tapeformer/heads.h"
+#include "tapeformer/safetensors.h"
 #include "helpers.h"
 
 using namespace tf_test;
@@ -210,4 +211,66 @@ TEST_CASE("heads: the command writes heads.json and heads.csv for every head; ba
                               " >/dev/null 2>" + shell_quote(err);
     CHECK(std::system(empty.c_str()) != 0);
     CHECK_THAT(read_all(err), Catch::Contains("no pair to study"));
+}
+
+TEST_CASE("heads: importance and gradient norms equal PyTorch's (tests/golden/*/heads.safetensors)", "[heads][golden]") {
+    for (const std::string name : {"post_untied", "pre_tied_decoder", "post_tied_all"}) {
+        INFO("config " << name);
+        const std::string dir = std::string(TF_SOURCE_DIR) + "/tests/golden/" + name + "/";
+        const tf::SafetensorsFile weights = tf::load_safetensors(dir + "weights.safetensors");
+        const tf::SafetensorsFile expected = tf::load_safetensors(dir + "heads.safetensors");
+        const auto batch = nlohmann::json::parse(read_all(dir + "batch.json"));
+        tf::Transformer model(tf::ModelConfig::from_metadata(weights.metadata));
+        tf::load_into(model.parameters(), weights);
+        std::vector<tf::Example> data;  // the batch's rows as pairs: source tokens before EOS, target tokens before EOS
+        for (std::size_t b = 0; b < batch.at("src").size(); ++b) {
+            tf::Example e;
+            for (int x : batch.at("src")[b]) {
+                if (x == model.config.eos_id) break;
+                e.src.push_back(x);
+            }
+            for (int x : batch.at("target")[b]) {
+                if (x == model.config.eos_id) break;
+                e.tgt.push_back(x);
+            }
+            data.push_back(e);
+        }
+        tf::HeadStudyOptions opt;
+        opt.normalise = false;
+        for (auto g : {tf::Granularity::token, tf::Granularity::sentence, tf::Granularity::batch}) {
+            opt.granularity = g;
+            const tf::HeadReport r = tf::study_heads(model, data, opt);
+            CHECK(r.batches == 1);
+            for (const char kind : {'E', 'D', 'A'}) {
+                const int layers = int(kind == 'E' ? model.config.enc_layers : model.config.dec_layers);
+                for (int l = 0; l < layers; ++l) {
+                    const std::string key = std::string(1, kind) + "." + std::to_string(l) + ".";
+                    auto ours = [&](auto field) {
+                        std::vector<tf::real> v;
+                        for (const auto& h : r.heads)
+                            if (tf::to_char(h.id.kind) == kind && h.id.layer == l) v.push_back(tf::real(field(h)));
+                        return v;
+                    };
+                    auto check = [&](const std::string& what, const std::vector<tf::real>& got) {
+                        const auto& want = expected.tensors.at(key + what).values;
+                        REQUIRE(got.size() == want.size());
+                        double diff = 0, scale = 0;
+                        for (std::size_t i = 0; i < got.size(); ++i) {
+                            diff = std::max(diff, std::fabs(double(got[i]) - double(want[i])));
+                            scale = std::max(scale, std::fabs(double(want[i])));
+                        }
+                        INFO(key << what << ": max diff " << diff << " of " << scale);
+                        CHECK(diff <= 1e-4 * scale);
+                    };
+                    check(std::string("importance_") + tf::to_string(g), ours([](const tf::HeadStats& h) { return h.importance_raw; }));
+                    check("grad_wq", ours([](const tf::HeadStats& h) { return h.grad_wq; }));
+                    check("grad_wk", ours([](const tf::HeadStats& h) { return h.grad_wk; }));
+                    check("grad_wv", ours([](const tf::HeadStats& h) { return h.grad_wv; }));
+                    check("grad_wo", ours([](const tf::HeadStats& h) { return h.grad_wo; }));
+                    check("grad_bq", ours([](const tf::HeadStats& h) { return h.grad_bq; }));
+                    check("grad_bv", ours([](const tf::HeadStats& h) { return h.grad_bv; }));
+                }
+            }
+        }
+    }
 }

@@ -12,6 +12,9 @@ batch, computes the label-smoothed cross-entropy loss, back-propagates and write
     <out>/<config>/weights.safetensors   every parameter (float32), config in __metadata__
     <out>/<config>/batch.json            src / dec_in / target ids and lengths
     <out>/<config>/outputs.safetensors   logits, loss, nll, encoder_out, decoder_out, grad.<name>
+    <out>/<config>/heads.safetensors     per attention (E.<layer>, D.<layer>, A.<layer>): head importance
+                                         at token / sentence / batch granularity and the norms of each
+                                         head's gradient slices (head_study)
 
 All reference values are computed in float64 from weights that are exactly
 representable in float32 (the weights are rounded to float32 first), then stored
@@ -223,8 +226,12 @@ def run_model(model, batch):
 
 # ------------------------------------------------- independent functional reference
 
-def manual_forward(W, cfg, batch):
-    """Same model written out with plain tensor ops; documents the semantics."""
+def manual_forward(W, cfg, batch, gates=None):
+    """Same model written out with plain tensor ops; documents the semantics.
+
+    gates: optional dict "E.<layer>" / "D.<layer>" / "A.<layer>" -> (B, H, Lq, 1) tensor multiplying each
+    head's output at each query position before the heads are merged (the head gate xi of tapeformer's
+    attention, one per position, as `tapeformer heads` uses it)."""
     C, H = cfg["d_model"], cfg["heads"]
     dh = C // H
     pre = cfg["norm"] == "pre"
@@ -248,7 +255,7 @@ def manual_forward(W, cfg, batch):
     def lin(x, p):
         return x @ W[p + ".weight"].t() + W[p + ".bias"]
 
-    def mha(xq, xkv, p, blocked):                           # blocked: (B, Lq, Lk) True = -inf
+    def mha(xq, xkv, p, blocked, gate=None):                # blocked: (B, Lq, Lk) True = -inf
         Wi, bi = W[p + ".in_proj_weight"], W[p + ".in_proj_bias"]
         q = xq @ Wi[:C].t() + bi[:C]                        # rows [0,C) = q, [C,2C) = k, [2C,3C) = v
         k = xkv @ Wi[C:2 * C].t() + bi[C:2 * C]
@@ -258,7 +265,10 @@ def manual_forward(W, cfg, batch):
         s = (q / math.sqrt(dh)) @ k.transpose(-1, -2)
         s = s.masked_fill(blocked[:, None], float("-inf"))
         a = torch.softmax(s, -1)
-        o = (a @ v).transpose(1, 2).reshape(B, xq.shape[1], C)
+        o = a @ v                                           # (B, H, Lq, dh): head h's output o_{b,h,t}
+        if gate is not None:
+            o = o * gate                                    # xi_{b,h,t} * o_{b,h,t}
+        o = o.transpose(1, 2).reshape(B, xq.shape[1], C)
         return lin(o, p + ".out_proj")
 
     def ffn(x, p):
@@ -271,14 +281,15 @@ def manual_forward(W, cfg, batch):
     dec_block = causal[None] | tgt_pad[:, None, :]
     cross_block = src_pad[:, None, :].expand(B, T, S)
 
+    g = (lambda key: None) if gates is None else gates.get
     x = embed(W["src_embed.weight"], src)
     for i in range(cfg["enc_layers"]):
         p = "encoder.layers.%d." % i
         if pre:
-            x = x + mha(ln(x, p + "norm1"), ln(x, p + "norm1"), p + "self_attn", enc_block)
+            x = x + mha(ln(x, p + "norm1"), ln(x, p + "norm1"), p + "self_attn", enc_block, g("E.%d" % i))
             x = x + ffn(ln(x, p + "norm2"), p)
         else:
-            x = ln(x + mha(x, x, p + "self_attn", enc_block), p + "norm1")
+            x = ln(x + mha(x, x, p + "self_attn", enc_block, g("E.%d" % i)), p + "norm1")
             x = ln(x + ffn(x, p), p + "norm2")
     if pre:
         x = ln(x, "encoder.norm")
@@ -288,12 +299,12 @@ def manual_forward(W, cfg, batch):
         p = "decoder.layers.%d." % i
         if pre:
             h = ln(y, p + "norm1")
-            y = y + mha(h, h, p + "self_attn", dec_block)
-            y = y + mha(ln(y, p + "norm2"), mem, p + "multihead_attn", cross_block)
+            y = y + mha(h, h, p + "self_attn", dec_block, g("D.%d" % i))
+            y = y + mha(ln(y, p + "norm2"), mem, p + "multihead_attn", cross_block, g("A.%d" % i))
             y = y + ffn(ln(y, p + "norm3"), p)
         else:
-            y = ln(y + mha(y, y, p + "self_attn", dec_block), p + "norm1")
-            y = ln(y + mha(y, mem, p + "multihead_attn", cross_block), p + "norm2")
+            y = ln(y + mha(y, y, p + "self_attn", dec_block, g("D.%d" % i)), p + "norm1")
+            y = ln(y + mha(y, mem, p + "multihead_attn", cross_block, g("A.%d" % i)), p + "norm2")
             y = ln(y + ffn(y, p), p + "norm3")
     if pre:
         y = ln(y, "decoder.norm")
@@ -323,6 +334,57 @@ def manual_run(model, batch):
     loss.backward()
     return dict(logits=logits.detach(), encoder_out=mem.detach(), loss=loss.detach(),
                 nll=nll.detach(), grads={n: W[n].grad for n in W})
+
+
+def head_study(model, batch):
+    """What `tapeformer heads` reports, computed here from its definitions (Michel et al. 2019).
+
+    Every attention gets a gate xi (B, H, Lq, 1) of ones; L is the NLL summed over the non-pad target
+    tokens (no label smoothing); after L.backward() the gate gradient at (b, h, t) is <o_bht, dL/do_bht>.
+    Returns name -> (H,) tensors: importance at token / sentence / batch granularity (raw, not normalised)
+    and the L2 norms of each head's slices of the weight gradients."""
+    cfg = model.cfg
+    C, H = cfg["d_model"], cfg["heads"]
+    dh = C // H
+    src, dec_in = torch.tensor(batch["src"]), torch.tensor(batch["dec_in"])
+    B, S = src.shape
+    T = dec_in.shape[1]
+    leaves, W = {}, {}
+    for n, p in model.all_params().items():
+        if id(p) not in leaves:
+            leaves[id(p)] = p.detach().clone().requires_grad_(True)
+        W[n] = leaves[id(p)]
+    gates, queries = {}, {}
+    for kind, layers in (("E", cfg["enc_layers"]), ("D", cfg["dec_layers"]), ("A", cfg["dec_layers"])):
+        Lq = S if kind == "E" else T
+        for i in range(layers):
+            gates["%s.%d" % (kind, i)] = torch.ones(B, H, Lq, 1, dtype=torch.float64, requires_grad=True)
+            queries["%s.%d" % (kind, i)] = (src if kind == "E" else dec_in) != PAD_ID   # (B, Lq) non-pad
+    _, _, _, nll = manual_forward(W, cfg, batch, gates)
+    n_tokens = (torch.tensor(batch["target"]) != PAD_ID).sum()
+    (nll * n_tokens).backward()                      # the token-summed NLL
+    out = collections.OrderedDict()
+    for key, gate in gates.items():
+        grad = gate.grad[..., 0] * queries[key][:, None, :]          # (B, H, Lq), pad queries zeroed
+        n_q = queries[key].sum()
+        out[key + ".importance_token"] = grad.abs().sum((0, 2)) / n_q
+        out[key + ".importance_sentence"] = grad.sum(2).abs().sum(0) / B
+        out[key + ".importance_batch"] = grad.sum((0, 2)).abs()
+        kind, i = key.split(".")
+        p = ("encoder.layers.%s.self_attn" if kind == "E" else
+             "decoder.layers.%s.self_attn" if kind == "D" else "decoder.layers.%s.multihead_attn") % i
+        gw, gb = W[p + ".in_proj_weight"].grad, W[p + ".in_proj_bias"].grad
+        go = W[p + ".out_proj.weight"].grad
+        rows = lambda t, base: torch.stack([t[base + h * dh: base + (h + 1) * dh].norm() for h in range(H)])
+        out[key + ".grad_wq"], out[key + ".grad_wk"], out[key + ".grad_wv"] = rows(gw, 0), rows(gw, C), rows(gw, 2 * C)
+        out[key + ".grad_bq"], out[key + ".grad_bv"] = rows(gb, 0), rows(gb, 2 * C)
+        out[key + ".grad_wo"] = torch.stack([go[:, h * dh:(h + 1) * dh].norm() for h in range(H)])
+        # The batch importance is the Frobenius product of W_o^h with its gradient (an identity the C++
+        # tests check in float64); here, against the independent gate gradient.
+        wo = W[p + ".out_proj.weight"].detach()
+        frob = torch.stack([(wo[:, h * dh:(h + 1) * dh] * go[:, h * dh:(h + 1) * dh]).sum() for h in range(H)])
+        assert torch.allclose(frob.abs(), out[key + ".importance_batch"], rtol=1e-10, atol=1e-12), key
+    return {k: v.detach() for k, v in out.items()}
 
 
 # ------------------------------------------------------------------ safetensors I/O
@@ -435,6 +497,7 @@ def make_config(name, cfg, batch, out_dir):
     for n, g in ref["grads"].items():
         outputs["grad." + n] = g
     write_safetensors(os.path.join(out_dir, "outputs.safetensors"), outputs)
+    write_safetensors(os.path.join(out_dir, "heads.safetensors"), head_study(model, batch))
     with open(os.path.join(out_dir, "batch.json"), "w") as f:
         json.dump(batch, f, separators=(", ", ": "))
         f.write("\n")
@@ -470,7 +533,7 @@ def make_config(name, cfg, batch, out_dir):
 
     min_grad = min(((g.abs().max().item(), n) for n, g in ref["grads"].items()))
     sizes = {f: os.path.getsize(os.path.join(out_dir, f))
-             for f in ("weights.safetensors", "outputs.safetensors", "batch.json")}
+             for f in ("weights.safetensors", "outputs.safetensors", "heads.safetensors", "batch.json")}
     print("%-17s loss %.9f  nll %.9f  params %d (unique %d)  float32 worst %.2e (%s)  "
           "smallest max|grad| %.2e (%s)  sizes %s"
           % (name, ref["loss"].item(), ref["nll"].item(), len(params),
