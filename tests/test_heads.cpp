@@ -274,3 +274,61 @@ TEST_CASE("heads: importance and gradient norms equal PyTorch's (tests/golden/*/
         }
     }
 }
+
+TEST_CASE("heads: paired bootstrap p-values: a real improvement is significant, noise and no change are not",
+          "[heads][ablate]") {
+    std::vector<std::string> refs, perfect, half, nearly;
+    for (int i = 0; i < 200; ++i) {
+        const std::string ref = "the dog number " + std::to_string(i) + " sees a small cat near the house .";
+        refs.push_back(ref);
+        perfect.push_back(ref);
+        half.push_back(i % 2 ? ref : "a cat walks .");
+        nearly.push_back(i == 7 ? "the dog number 7 sees a cat near the house ." : ref);
+    }
+    auto stats = [&](const std::vector<std::string>& hyps) {
+        std::vector<tf::BleuScore> out;
+        for (std::size_t i = 0; i < hyps.size(); ++i) out.push_back(tf::corpus_bleu({hyps[i]}, {refs[i]}));
+        return out;
+    };
+    const auto p_half = tf::paired_bootstrap_p_value(stats(perfect), stats(half), 500, 1);
+    CHECK(p_half == Approx(1.0 / 501));  // every resample shows the gap
+    CHECK(tf::paired_bootstrap_p_value(stats(perfect), stats(perfect), 500, 1) == 1.0);
+    CHECK(tf::paired_bootstrap_p_value(stats(perfect), stats(nearly), 500, 1) > 0.05);  // one word in 200 lines
+    CHECK(tf::paired_bootstrap_p_value(stats(perfect), stats(nearly), 500, 1) ==
+          tf::paired_bootstrap_p_value(stats(perfect), stats(nearly), 500, 1));  // seeded
+    CHECK_THROWS_WITH(tf::paired_bootstrap_p_value(stats(perfect), {}, 500, 1), Catch::Contains("same"));
+}
+
+TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta and p; bad input named",
+          "[heads][ablate][cli]") {
+    TempDir tmp;
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    const std::string cli = shell_quote(TF_CLI) + " --threads 1 ";
+    const std::string model = tmp / "model", err = tmp / "err";
+    const std::string train = cli + "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " +
+                              shell_quote(toy + "valid.tgt") + " --tokenizer word --vocab-size 0 --d-model 16 --heads 2" +
+                              " --ffn 32 --layers 1 --max-steps 3 --out " + shell_quote(model) + " >/dev/null 2>&1";
+    REQUIRE(std::system(train.c_str()) == 0);
+    const auto src = split_lines(read_all(toy + "test.src")), ref = split_lines(read_all(toy + "test.tgt"));
+    write_all(tmp / "s", join_lines({src.begin(), src.begin() + 40}));
+    write_all(tmp / "r", join_lines({ref.begin(), ref.begin() + 40}));
+    const std::string ablate = cli + "heads ablate --model " + shell_quote(model) + " --src " + shell_quote(tmp / "s") +
+                               " --ref " + shell_quote(tmp / "r") + " --samples 50 --json " + shell_quote(tmp / "a.json") +
+                               " >" + shell_quote(tmp / "table") + " 2>" + shell_quote(err);
+    REQUIRE(std::system(ablate.c_str()) == 0);
+    const auto j = nlohmann::json::parse(read_all(tmp / "a.json"));
+    REQUIRE(j.at("single").size() == 6);
+    REQUIRE(j.at("all_but_one").size() == 6);
+    CHECK(j.at("single")[0].at("masked") == nlohmann::json::array({"E:0:0"}));
+    CHECK(j.at("all_but_one")[0].at("masked") == nlohmann::json::array({"E:0:1"}));
+    for (const auto& row : j.at("single")) {
+        CHECK(row.at("p_value").get<double>() > 0);
+        CHECK(row.at("p_value").get<double>() <= 1);
+        CHECK(row.at("delta").get<double>() == Approx(row.at("bleu").get<double>() - j.at("base_bleu").get<double>()));
+    }
+    CHECK_THAT(read_all(tmp / "table"), Catch::Contains("of 6 significant"));
+    const std::string missing = cli + "heads ablate --model " + shell_quote(model) + " --src " + shell_quote(tmp / "s") +
+                                " 2>" + shell_quote(err);
+    CHECK(std::system(missing.c_str()) != 0);
+    CHECK_THAT(read_all(err), Catch::Contains("--ref"));
+}

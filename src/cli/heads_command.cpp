@@ -9,6 +9,7 @@
 #include "tapeformer/cli/commands.h"
 #include "tapeformer/data/batch.h"
 #include "tapeformer/data/text.h"
+#include "tapeformer/decode.h"
 #include "tapeformer/heads.h"
 #include "tapeformer/io.h"
 
@@ -22,6 +23,45 @@ struct HeadsCommandOptions {
     HeadStudyOptions study;
 };
 
+struct AblateOptions {
+    std::string model_dir, src, ref, mask, json;
+    DecodeOptions decode;
+    std::int64_t batch_tokens = 4096;
+    int samples = 1000;
+    double alpha = 0.05;
+    std::uint64_t seed = 12345;
+};
+
+void add_ablate_command(CLI::App* heads) {
+    auto opt = std::make_shared<AblateOptions>();
+    CLI::App* cmd = heads->add_subcommand(
+        "ablate",
+        "Translation quality with heads masked (Michel et al. 2019): BLEU with each single head masked, and with\n"
+        "all heads of a layer but one masked, each tested against the unmasked model by paired bootstrap\n"
+        "resampling (sacreBLEU's --paired-bs), with the count of significant changes.\n"
+        "Example: tapeformer heads ablate --model runs/toy --src data/toy/valid.src --ref data/toy/valid.tgt");
+    cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train`")->required();
+    cmd->add_option("--src", opt->src, "Source sentences, one per line")->required();
+    cmd->add_option("--ref", opt->ref, "Reference translations, aligned by line")->required();
+    cmd->add_option("--samples", opt->samples, "Bootstrap resamples")->check(CLI::Range(1, 100000))->capture_default_str();
+    cmd->add_option("--alpha", opt->alpha, "Significance level")->check(CLI::Range(1e-6, 0.5))->capture_default_str();
+    cmd->add_option("--seed", opt->seed, "Seed of the resampling")->capture_default_str();
+    cmd->add_option("--json", opt->json, "Also write the results to this JSON file");
+    add_decode_options(*cmd, opt->decode, opt->batch_tokens);
+    cmd->callback([opt]() {
+        if (!opt->json.empty()) check_output_path(opt->json, "--json");
+        const std::vector<std::string> src = read_lines(opt->src), ref = read_lines(opt->ref);
+        ModelBundle bundle = load_model_dir(opt->model_dir);
+        const auto bar = terminal_progress("ablations");
+        const AblationReport report =
+            ablate_heads(*bundle.model, bundle.tokenizers, src, ref, opt->decode, opt->batch_tokens, opt->samples,
+                         opt->alpha, opt->seed, [&](int done, int total) { if (bar) bar(done, total); });
+        std::cout << ablation_table(report);
+        if (!opt->json.empty()) write_file_atomic(opt->json, ablation_json(report));
+        command_exit_code() = 0;
+    });
+}
+
 }  // namespace
 
 void add_heads_command(CLI::App& app) {
@@ -34,10 +74,11 @@ void add_heads_command(CLI::App& app) {
         "KIND:layer:head, 0-based: E encoder self-attention, D decoder self-attention, A cross-attention.\n"
         "Writes OUT/heads.json and OUT/heads.csv and prints a layers x heads table per kind.\n"
         "Example: tapeformer heads --model runs/toy --src data/toy/valid.src --tgt data/toy/valid.tgt --out runs/toy/heads");
-    cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train`")->required();
-    cmd->add_option("--src", opt->src, "Source sentences, one per line")->required();
-    cmd->add_option("--tgt", opt->tgt, "Target sentences (references), aligned by line")->required();
-    cmd->add_option("--out", opt->out_dir, "Directory for heads.json and heads.csv (created if needed)")->required();
+    // Not ->required(): `heads ablate` has flags of its own; the callback checks these when they are needed.
+    cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train` (required)");
+    cmd->add_option("--src", opt->src, "Source sentences, one per line (required)");
+    cmd->add_option("--tgt", opt->tgt, "Target sentences (references), aligned by line (required)");
+    cmd->add_option("--out", opt->out_dir, "Directory for heads.json and heads.csv, created if needed (required)");
     cmd->add_option("--batch-tokens", opt->study.batch_tokens, "Padded tokens per batch: sentences x max(S, T)")
         ->check(number_above(1, false))
         ->capture_default_str();
@@ -54,7 +95,12 @@ void add_heads_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--raw", opt->raw, "Raw importances (default: divided by their L2 norm over each layer's heads)");
     cmd->add_option("--mask-heads", opt->mask, "Heads whose gate is 0 during the study, e.g. E:0:1,A:2:3");
-    cmd->callback([opt]() {
+    add_ablate_command(cmd);
+    cmd->callback([opt, cmd]() {
+        if (!cmd->get_subcommands().empty()) return;  // `heads ablate` ran
+        for (const auto& [flag, value] : {std::pair{"--model", &opt->model_dir}, {"--src", &opt->src}, {"--tgt", &opt->tgt},
+                                          {"--out", &opt->out_dir}})
+            if (value->empty()) throw std::runtime_error(std::string("heads: ") + flag + " is required (see tapeformer heads --help)");
         if (std::filesystem::exists(opt->out_dir) && !std::filesystem::is_directory(opt->out_dir))
             throw std::runtime_error("--out '" + opt->out_dir + "' is a file; expected a directory (it is created if missing)");
         ModelBundle bundle = load_model_dir(opt->model_dir);
