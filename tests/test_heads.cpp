@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <string>
 
+#include "tapeformer/checkpoint.h"
+#include "tapeformer/evaluate.h"
 #include "tapeformer/gradcheck.h"
 #include "tapeformer/heads.h"
 #include "tapeformer/safetensors.h"
@@ -331,4 +334,57 @@ TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta 
                                 " 2>" + shell_quote(err);
     CHECK(std::system(missing.c_str()) != 0);
     CHECK_THAT(read_all(err), Catch::Contains("--ref"));
+}
+
+TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps one head per layer on request",
+          "[heads][prune]") {
+    TempDir tmp;
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    const std::string model_dir = tmp / "model";
+    const std::string train = shell_quote(TF_CLI) + " --threads 1 train --train-src " + shell_quote(toy + "valid.src") +
+                              " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                              " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --layers 1 --max-steps 3 --out " +
+                              shell_quote(model_dir) + " >/dev/null 2>&1";
+    REQUIRE(std::system(train.c_str()) == 0);
+    tf::ModelBundle bundle = tf::load_model_dir(model_dir);
+    const auto src_all = split_lines(read_all(toy + "test.src")), ref_all = split_lines(read_all(toy + "test.tgt"));
+    const std::vector<std::string> src(src_all.begin(), src_all.begin() + 30), ref(ref_all.begin(), ref_all.begin() + 30);
+    tf::ParallelText text;
+    text.source = src;
+    text.target = ref;
+    const auto examples = tf::encode_parallel(text, bundle.tokenizers, 60).examples;
+
+    tf::PruneOptions opt;
+    opt.step = 0.5;
+    const auto curve = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, examples, src, ref, opt);
+    REQUIRE(curve.size() == 3);  // 0, 3 and 6 of the 6 heads
+    CHECK(curve[0].masked.empty());
+    CHECK(curve[1].masked.size() == 3);
+    CHECK(curve[2].masked.size() == 6);
+    CHECK(curve[2].fraction == 1.0);
+    // The unpruned point is the model as it is: BLEU as `eval` would compute it.
+    tf::DecodeOptions decode;
+    CHECK(curve[0].bleu == Approx(tf::corpus_bleu(tf::translate_lines(*bundle.model, bundle.tokenizers, src, decode), ref).score));
+    // The first step masks the three least important heads by the study's ranking (normalised importance).
+    const tf::HeadReport r = tf::study_heads(*bundle.model, examples, {});
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const auto& h : r.heads) ranked.push_back({h.importance, h.id.str()});
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (int i = 0; i < 3; ++i) CHECK(curve[1].masked[std::size_t(i)].str() == ranked[std::size_t(i)].second);
+    CHECK(bundle.model->encoder[0].self_attn.gate.to_vector() == std::vector<tf::real>(2, 1));  // gates restored
+
+    opt.keep_one_per_layer = true;
+    opt.order = tf::PruneOrder::random;
+    opt.step = 1.0 / 6;
+    const auto kept = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, {}, {}, {}, opt);
+    REQUIRE(kept.size() == 4);  // 0..3 masked: one head of each of the 3 attentions stays
+    for (const char* kind : {"E", "D", "A"}) {
+        int masked = 0;
+        for (const auto& h : kept.back().masked) masked += h.str().rfind(kind, 0) == 0;
+        CHECK(masked == 1);
+    }
+    const auto again = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, {}, {}, {}, opt);
+    for (std::size_t i = 0; i < kept.size(); ++i) CHECK(again[i].masked == kept[i].masked);  // seeded
+    CHECK_THROWS_WITH(tf::prune_heads(*bundle.model, bundle.tokenizers, src, {}, examples, src, ref, opt),
+                      Catch::Contains("30 source lines but 0"));
 }

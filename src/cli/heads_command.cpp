@@ -1,6 +1,9 @@
 // `tapeformer heads`: per-head importance, gradient norms and attention statistics of a model over sentence
 // pairs (heads.h), written to OUT/heads.json and OUT/heads.csv and printed as layers × heads tables.
+#include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -62,6 +65,131 @@ void add_ablate_command(CLI::App* heads) {
     });
 }
 
+struct PruneCommandOptions {
+    std::vector<std::string> models;
+    std::string src, ref, imp_src, imp_tgt, order = "importance", step = "10%", kinds, granularity = "token", json;
+    PruneOptions prune;
+};
+
+// "10%" or "0.1" -> 0.1
+double parse_fraction(const std::string& text, const char* flag) {
+    std::size_t used = 0;
+    double v = -1;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    const bool percent = used > 0 && used + 1 == text.size() && text.back() == '%';
+    if (used == 0 || (used != text.size() && !percent))
+        throw std::runtime_error(std::string(flag) + ": expected a fraction such as 0.1 or 10%, got '" + text + "'");
+    return percent ? v / 100 : v;
+}
+
+void add_prune_command(CLI::App* heads) {
+    auto opt = std::make_shared<PruneCommandOptions>();
+    CLI::App* cmd = heads->add_subcommand(
+        "prune",
+        "Mask heads in steps from the least to the most important and score BLEU and NLL on the evaluation pairs\n"
+        "after each step (a pruning curve, as Michel et al. 2019). Importance is measured on --imp-src/--imp-tgt,\n"
+        "pairs separate from the evaluation ones. Several --model give one curve each.\n"
+        "Example: tapeformer heads prune --model runs/toy --src data/toy/test.src --ref data/toy/test.tgt\n"
+        "         --imp-src data/toy/valid.src --imp-tgt data/toy/valid.tgt --step 10%");
+    cmd->add_option("--model", opt->models, "Model directories (one curve each)")->required();
+    cmd->add_option("--src", opt->src, "Evaluation source sentences")->required();
+    cmd->add_option("--ref", opt->ref, "Evaluation references, aligned by line")->required();
+    cmd->add_option("--imp-src", opt->imp_src, "Source sentences the heads are ranked on (not needed with --order random)");
+    cmd->add_option("--imp-tgt", opt->imp_tgt, "Their references, aligned by line");
+    cmd->add_option("--order", opt->order, "importance (Michel et al.), ablation (BLEU lost masking the head alone),\n"
+                                           "entropy (most diffuse first) or random")
+        ->check(CLI::IsMember({"importance", "ablation", "entropy", "random"}))
+        ->capture_default_str();
+    cmd->add_option("--step", opt->step, "Fraction of the heads masked per step (0.1 or 10%)")->capture_default_str();
+    cmd->add_option("--kinds", opt->kinds, "Prune only these kinds, e.g. E,A (default: E, D and A ranked jointly)");
+    cmd->add_flag("--recompute", opt->prune.recompute, "Rank again after every step, with the masked heads masked");
+    cmd->add_flag("--keep-one-per-layer", opt->prune.keep_one_per_layer, "Never mask the last head of an attention");
+    cmd->add_option("--stop-below", opt->prune.stop_below, "Stop once BLEU falls below this fraction of the unpruned BLEU")
+        ->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--seed", opt->prune.seed, "Seed of --order random")->capture_default_str();
+    cmd->add_option("--granularity", opt->granularity, "Importance granularity: token, sentence or batch")
+        ->check(CLI::IsMember({"token", "sentence", "batch"}))
+        ->capture_default_str();
+    cmd->add_option("--json", opt->json, "Also write the curves to this JSON file");
+    add_decode_options(*cmd, opt->prune.decode, opt->prune.batch_tokens);
+    cmd->callback([opt]() {
+        PruneOptions p = opt->prune;
+        p.order = parse_prune_order(opt->order);
+        p.step = parse_fraction(opt->step, "--step");
+        if (!(p.step > 0 && p.step <= 1)) throw std::runtime_error("--step: must be in (0, 100%], got '" + opt->step + "'");
+        p.study.granularity = parse_granularity(opt->granularity);
+        p.study.batch_tokens = p.batch_tokens;
+        if (!opt->json.empty()) check_output_path(opt->json, "--json");
+        if (p.order != PruneOrder::random && (opt->imp_src.empty() || opt->imp_tgt.empty()))
+            throw std::runtime_error("heads prune: --order " + opt->order + " needs --imp-src and --imp-tgt (pairs to rank the heads on)");
+        const std::vector<std::string> src = read_lines(opt->src), ref = read_lines(opt->ref);
+        std::vector<std::string> imp_src, imp_tgt;
+        if (!opt->imp_src.empty()) imp_src = read_lines(opt->imp_src);
+        if (!opt->imp_tgt.empty()) imp_tgt = read_lines(opt->imp_tgt);
+        nlohmann::json curves = nlohmann::json::array();
+        for (const std::string& dir : opt->models) {
+            ModelBundle bundle = load_model_dir(dir);
+            Transformer& model = *bundle.model;
+            p.kinds.clear();
+            if (!opt->kinds.empty())  // "E,A": reuse the head-list parser's kind check on layer 0, head 0
+                for (const HeadId& h : parse_head_list(
+                         [&] {
+                             std::string spec;
+                             std::stringstream in(opt->kinds);
+                             for (std::string k; std::getline(in, k, ',');) spec += (spec.empty() ? "" : ",") + k + ":0:0";
+                             return spec;
+                         }(),
+                         model.config))
+                    p.kinds.push_back(h.kind);
+            std::vector<Example> rank_examples;
+            if (!imp_src.empty()) {
+                ParallelText text;
+                if (imp_src.size() != imp_tgt.size())
+                    throw std::runtime_error("--imp-src has " + std::to_string(imp_src.size()) + " lines but --imp-tgt " +
+                                             std::to_string(imp_tgt.size()));
+                for (std::size_t i = 0; i < imp_src.size(); ++i)
+                    if (!trim(imp_src[i]).empty() && !trim(imp_tgt[i]).empty()) {
+                        text.source.emplace_back(trim(imp_src[i]));
+                        text.target.emplace_back(trim(imp_tgt[i]));
+                    }
+                rank_examples = encode_parallel(text, bundle.tokenizers, std::int32_t(model.config.max_len - 1)).examples;
+            }
+            std::cout << "model " << dir << ": order " << to_string(p.order) << ", step " << p.step * 100 << "%"
+                      << (p.recompute ? ", recomputed after each step" : "") << "\n";
+            std::printf("  %8s %7s %8s %8s   %s\n", "pruned", "heads", "BLEU", "NLL", "masked in this step");
+            std::size_t shown = 0;
+            const auto curve = prune_heads(model, bundle.tokenizers, src, ref, rank_examples, imp_src, imp_tgt, p,
+                                           [&](const PrunePoint& point) {
+                                               std::string added;
+                                               for (std::size_t i = shown; i < point.masked.size(); ++i)
+                                                   added += (added.empty() ? "" : ",") + point.masked[i].str();
+                                               shown = point.masked.size();
+                                               std::printf("  %7.1f%% %7zu %8.2f %8.4f   %s\n", 100 * point.fraction,
+                                                           point.masked.size(), point.bleu, point.nll, added.c_str());
+                                               std::fflush(stdout);
+                                           });
+            nlohmann::json points = nlohmann::json::array();
+            for (const PrunePoint& point : curve) {
+                nlohmann::json masked = nlohmann::json::array();
+                for (const HeadId& h : point.masked) masked.push_back(h.str());
+                points.push_back({{"fraction", point.fraction}, {"bleu", point.bleu}, {"nll", point.nll}, {"masked", masked}});
+            }
+            curves.push_back({{"model", dir}, {"curve", points}});
+        }
+        if (!opt->json.empty()) {
+            const nlohmann::json j = {{"order", opt->order}, {"step", p.step}, {"recompute", p.recompute},
+                                      {"keep_one_per_layer", p.keep_one_per_layer}, {"stop_below", p.stop_below},
+                                      {"granularity", opt->granularity}, {"models", curves}};
+            write_file_atomic(opt->json, j.dump(1) + "\n");
+        }
+        command_exit_code() = 0;
+    });
+}
+
 }  // namespace
 
 void add_heads_command(CLI::App& app) {
@@ -96,6 +224,7 @@ void add_heads_command(CLI::App& app) {
     cmd->add_flag("--raw", opt->raw, "Raw importances (default: divided by their L2 norm over each layer's heads)");
     cmd->add_option("--mask-heads", opt->mask, "Heads whose gate is 0 during the study, e.g. E:0:1,A:2:3");
     add_ablate_command(cmd);
+    add_prune_command(cmd);
     cmd->callback([opt, cmd]() {
         if (!cmd->get_subcommands().empty()) return;  // `heads ablate` ran
         for (const auto& [flag, value] : {std::pair{"--model", &opt->model_dir}, {"--src", &opt->src}, {"--tgt", &opt->tgt},
