@@ -1057,6 +1057,60 @@ TEST_CASE("train: a resumed run whose last step is a checkpoint ends exactly as 
     for (const char* key : {"last", "kept", "step", "best_step", "best_score"}) CHECK(sa.at(key) == sb.at(key));
 }
 
+TEST_CASE("train: a run killed during its final validation owes it: --resume validates and ends as the whole run",
+          "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", killed = tmp / "killed";
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_bleu = true;
+    c.valid_bleu_sentences = 3;
+    c.valid_every = 3;
+    c.checkpoint_every = 2;
+    c.max_steps = 4;
+    train_quietly(c);
+
+    // What a kill during the final validation at step 4 leaves: the checkpoint written at step 4 before it
+    // (its last validation and best score those of step 3), and no metrics line of the final validation.
+    fs::copy(straight, killed, fs::copy_options::recursive);
+    const auto valid = of_type(read_metrics(straight), "valid");
+    REQUIRE(valid.size() == 2);
+    const std::string path = killed + "/" + checkpoint_name(4);
+    tf::SafetensorsFile file = tf::load_safetensors(path);
+    json state = json::parse(file.metadata.at("tapeformer.train_state"));
+    state["valid_step"] = 3;
+    state["best_step"] = 3;
+    state["best_score"] = valid[0].at("valid_bleu");
+    file.metadata["tapeformer.train_state"] = state.dump();
+    file.metadata.erase(tf::kSafetensorsChecksumKey);
+    std::vector<tf::NamedTensor> tensors;
+    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+    tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+    auto lines = split_lines(read_all(killed + "/metrics.jsonl"));
+    REQUIRE(json::parse(lines.back()).at("type") == "valid");
+    lines.pop_back();
+    write_all(killed + "/metrics.jsonl", join_lines(lines));
+
+    tf::TrainConfig resume;
+    resume.out_dir = killed;
+    resume.resume = true;
+    resume.threads = 1;
+    const std::string log = train_quietly(resume);
+    CHECK_THAT(log, Catch::Contains("valid @ step 4") && !Catch::Contains("already reached"));
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(killed + "/model.safetensors")));
+    CHECK(read_state(killed).at("best_step") == read_state(straight).at("best_step"));
+
+    // Now the run is complete: another --resume has nothing to do and changes nothing.
+    const auto before = snapshot(killed);
+    CHECK_THAT(train_quietly(resume), Catch::Contains("already reached its stopping rule at step 4"));
+    CHECK(snapshot(killed) == before);
+}
+
 TEST_CASE("train: a run killed before its first validation leaves a model that translate can use", "[train]") {
     Corpus corpus(100, 20);
     TempDir tmp;

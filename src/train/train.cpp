@@ -276,6 +276,8 @@ Manifest read_manifest(const std::string& dir) {
         for (const std::string& name : m.kept)
             if (checkpoint_step(name) < 0)
                 throw std::runtime_error("'" + name + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
+        if (!m.last.empty() && checkpoint_step(m.last) < 0)
+            throw std::runtime_error("'" + m.last + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
         if (!m.kept.empty() && m.last != m.kept.back())
             throw std::runtime_error("'last' is '" + m.last + "' but the newest kept checkpoint is '" + m.kept.back() + "'");
     } catch (const std::exception& e) {
