@@ -792,6 +792,10 @@ void Trainer::checkpoint(bool force) {
     write_manifest(dir_, manifest_, state_);  // only now is the new checkpoint the one to resume from
     std::error_code ec;
     for (const auto& f : dropped) fs::remove(fs::path(dir_) / f, ec);
+    // Older checkpoints that a kill between state.json and the pruning above left behind.
+    const std::int64_t oldest_kept = checkpoint_step(manifest_.kept.front());
+    for (const std::string& f : checkpoints_on_disk(dir_))
+        if (checkpoint_step(f) < oldest_kept) fs::remove(fs::path(dir_) / f, ec);
 }
 
 TrainResult Trainer::run() {
