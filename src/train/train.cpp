@@ -503,7 +503,7 @@ void Trainer::prepare_directory() {
     if (holds_run(dir_)) {
         if (!c_.force)
             throw std::runtime_error("'" + dir_ + "' already holds a training run: continue it with --resume, start over with "
-                                     "--force (deletes its checkpoints), or choose another --out");
+                                     "--force (deletes the files it wrote, once this run's inputs are read), or choose another --out");
         lock_directory();  // a run in progress there is refused now, not after reading the data
     }
 }
