@@ -910,6 +910,26 @@ pid_t dead_pid() {
     return pid;
 }
 
+// Changes fields of the TrainState stored in a checkpoint: what the checkpoint held at an earlier moment.
+void rewrite_train_state(const std::string& path, const json& changes) {
+    tf::SafetensorsFile file = tf::load_safetensors(path);
+    json state = json::parse(file.metadata.at("tapeformer.train_state"));
+    state.update(changes);
+    file.metadata["tapeformer.train_state"] = state.dump();
+    file.metadata.erase(tf::kSafetensorsChecksumKey);
+    std::vector<tf::NamedTensor> tensors;
+    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+    tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+}
+
+// Removes the last line of DIR/metrics.jsonl, which must be of `type`.
+void drop_last_metrics_line(const std::string& dir, const std::string& type) {
+    auto lines = split_lines(read_all(dir + "/metrics.jsonl"));
+    REQUIRE(json::parse(lines.back()).at("type") == type);
+    lines.pop_back();
+    write_all(dir + "/metrics.jsonl", join_lines(lines));
+}
+
 // metrics.jsonl without the timing fields, which differ from run to run.
 std::vector<json> metrics_without_timing(const std::string& dir) {
     auto metrics = read_metrics(dir);
@@ -1077,21 +1097,9 @@ TEST_CASE("train: a run killed during its final validation owes it: --resume val
     fs::copy(straight, killed, fs::copy_options::recursive);
     const auto valid = of_type(read_metrics(straight), "valid");
     REQUIRE(valid.size() == 2);
-    const std::string path = killed + "/" + checkpoint_name(4);
-    tf::SafetensorsFile file = tf::load_safetensors(path);
-    json state = json::parse(file.metadata.at("tapeformer.train_state"));
-    state["valid_step"] = 3;
-    state["best_step"] = 3;
-    state["best_score"] = valid[0].at("valid_bleu");
-    file.metadata["tapeformer.train_state"] = state.dump();
-    file.metadata.erase(tf::kSafetensorsChecksumKey);
-    std::vector<tf::NamedTensor> tensors;
-    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
-    tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
-    auto lines = split_lines(read_all(killed + "/metrics.jsonl"));
-    REQUIRE(json::parse(lines.back()).at("type") == "valid");
-    lines.pop_back();
-    write_all(killed + "/metrics.jsonl", join_lines(lines));
+    rewrite_train_state(killed + "/" + checkpoint_name(4),
+                        {{"valid_step", 3}, {"best_step", 3}, {"best_score", valid[0].at("valid_bleu")}});
+    drop_last_metrics_line(killed, "valid");
 
     tf::TrainConfig resume;
     resume.out_dir = killed;
@@ -1109,6 +1117,47 @@ TEST_CASE("train: a run killed during its final validation owes it: --resume val
     const auto before = snapshot(killed);
     CHECK_THAT(train_quietly(resume), Catch::Contains("already reached its stopping rule at step 4"));
     CHECK(snapshot(killed) == before);
+}
+
+TEST_CASE("train: a run killed at an epoch's last batch, just after its checkpoint, ends the epoch when resumed",
+          "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "epoch");
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_every = 0;  // validation at the end of each epoch
+    c.max_steps = 0;
+    c.epochs = 1;
+    train_quietly(c);
+    const std::int64_t n = read_state(tmp / "epoch").at("step");  // batches per epoch
+
+    const std::string straight = tmp / "straight", killed = tmp / "killed";
+    c.out_dir = straight;
+    c.epochs = 0;
+    c.max_steps = n;  // stops at the epoch's last batch: the epoch ends, and is validated, all the same
+    c.checkpoint_every = 1;
+    train_quietly(c);
+    const json saved = json::parse(
+        tf::load_safetensors(straight + "/" + checkpoint_name(n)).metadata.at("tapeformer.train_state"));
+    CHECK(saved.at("epoch") == 1);  // the checkpoint holds the end of the epoch and its validation
+    CHECK(saved.at("valid_step") == n);
+
+    // What a kill right after the checkpoint at step n, before the epoch ended, leaves.
+    fs::copy(straight, killed, fs::copy_options::recursive);
+    rewrite_train_state(killed + "/" + checkpoint_name(n),
+                        {{"epoch", 0}, {"batch_in_epoch", n}, {"valid_step", -1}, {"best_step", -1}, {"best_score", 0}});
+    drop_last_metrics_line(killed, "valid");
+    tf::TrainConfig resume;
+    resume.out_dir = killed;
+    resume.resume = true;
+    resume.threads = 1;
+    train_quietly(resume);
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(killed + "/model.safetensors")));
+    CHECK(read_state(killed).at("best_step") == n);
 }
 
 TEST_CASE("train: a run killed before its first validation leaves a model that translate can use", "[train]") {

@@ -412,7 +412,8 @@ private:
     void train_step(const Batch& batch);
     void log_progress(bool force_line);
     void validate();
-    void checkpoint(bool force = false);
+    void checkpoint();              // writes one unless the newest already holds this state
+    bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
     double eta_seconds() const;
     void write_metrics(const nlohmann::json& j);
 
@@ -438,7 +439,7 @@ private:
     // Accumulated since the last log line.
     double window_loss_ = 0, window_nll_ = 0, window_seconds_ = 0, last_grad_norm_ = 0, last_lr_ = 0;
     std::int64_t window_tokens_ = 0, window_steps_ = 0;
-    std::int64_t last_checkpoint_step_ = -1;
+    TrainState checkpointed_{-1};  // what the newest checkpoint holds (step −1: none yet)
     Clock::time_point last_bar_ = Clock::now();
 };
 
@@ -613,7 +614,7 @@ void Trainer::build_model() {
         }
         std::tie(state_.skipped_empty, state_.filtered_long) = prev_stats;
         dropout_rng_.offset = state_.dropout_offset;
-        last_checkpoint_step_ = state_.step;
+        checkpointed_ = state_;
         log_ << "resuming from " << path << " (step " << state_.step << ", epoch " << state_.epoch + 1 << ")\n";
     }
     log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
@@ -771,10 +772,17 @@ void Trainer::validate() {
          << " (" << fmt("%.1f", std::chrono::duration<double>(Clock::now() - t0).count()) << " s)\n";
 }
 
-// force: write even when this step was already saved (the final validation may have changed the best score).
-void Trainer::checkpoint(bool force) {
-    if (last_checkpoint_step_ == state_.step && !force) return;
-    last_checkpoint_step_ = state_.step;
+// Not only the step: a validation or the end of an epoch after the checkpoint at this step changes what a
+// resumed run must do, so the checkpoint is written again.
+bool Trainer::unsaved_changes() const {
+    const TrainState &now = state_, &saved = checkpointed_;
+    return now.step != saved.step || now.epoch != saved.epoch || now.batch_in_epoch != saved.batch_in_epoch ||
+           now.valid_step != saved.valid_step || now.best_step != saved.best_step;
+}
+
+void Trainer::checkpoint() {
+    if (!unsaved_changes()) return;
+    checkpointed_ = state_;
     const std::string name = checkpoint_name(state_.step);
     save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_);
     // Until a validation has chosen the best weights (and always without validation data), the weights to
@@ -814,6 +822,14 @@ TrainResult Trainer::run() {
         if (c_.epochs && state_.epoch >= c_.epochs) return "epochs";
         return "";
     };
+    auto end_epoch = [&]() {
+        ++state_.epoch;
+        state_.batch_in_epoch = 0;
+        if (c_.valid_every == 0) validate();
+    };
+    // A checkpoint at an epoch's last batch was saved before the epoch ended: a resumed run ends it first,
+    // as the run did, whatever its stopping rule says.
+    if (state_.batch_in_epoch >= batcher_->num_batches()) end_epoch();
     std::string reason = stop_reason();
     while (reason.empty()) {
         const auto plan = batcher_->epoch_plan(state_.epoch);
@@ -826,19 +842,15 @@ TrainResult Trainer::run() {
             reason = stop_reason();
         }
         if (state_.batch_in_epoch >= static_cast<std::int64_t>(plan.size())) {
-            ++state_.epoch;
-            state_.batch_in_epoch = 0;
-            if (c_.valid_every == 0) validate();
+            end_epoch();
             if (reason.empty()) reason = stop_reason();
         }
     }
     log_progress(true);
     result_.interrupted = reason == "interrupted";
     // The run ends with a validation of its last weights (unless interrupted: the resumed run owes it).
-    const std::int64_t valid_step = state_.valid_step;
     if (!result_.interrupted) validate();
-    const bool validated = state_.valid_step != valid_step;
-    if (c_.resume && state_.step == first_step && !validated && !result_.interrupted) {
+    if (c_.resume && state_.step == first_step && !unsaved_changes()) {
         // Resumed a run that had already reached its stopping rule and validated: nothing to rewrite.
         log_ << "the run in " << dir_ << " already reached its stopping rule at step " << state_.step
              << "; extend it with --max-steps, --epochs or --time-budget\n";
@@ -846,7 +858,7 @@ TrainResult Trainer::run() {
         result_.stop_reason = reason;
         return result_;
     }
-    checkpoint(/*force=*/validated);  // the final validation may have changed the best score
+    checkpoint();
     result_.steps = state_.step;
     result_.train_seconds = state_.train_seconds;
     result_.stop_reason = reason;
