@@ -1221,16 +1221,17 @@ TEST_CASE("train: leftovers of killed writes are removed; a live writer's and a 
     CHECK(tf::checkpoints_on_disk(out) == std::vector<std::string>{checkpoint_name(3)});
 }
 
-TEST_CASE("train: --resume applies --keep, --checkpoint-every and --log-every, and names what it ignores",
-          "[train]") {
+TEST_CASE("train: --resume applies --keep, --checkpoint-every, --valid-every and --log-every, and names what it "
+          "ignores", "[train]") {
     Corpus corpus(100);
     TempDir tmp;
     const auto straight = train_ok(tmp, tiny_flags(corpus, tmp / "straight") + " --max-steps 6", tmp / "straight", 6);
     const std::string out = tmp / "run";
-    train_ok(tmp, tiny_flags(corpus, out) + " --max-steps 2 --checkpoint-every 1", out, 2);
+    const std::string valid = " --valid-src " + shell_quote(corpus.valid_src) + " --valid-tgt " + shell_quote(corpus.valid_tgt);
+    train_ok(tmp, tiny_flags(corpus, out) + valid + " --valid-every 100 --max-steps 2 --checkpoint-every 1", out, 2);
 
-    const CliRun r = run_train(tmp, "--resume --max-steps 6 --log-every 2 --checkpoint-every 3 --keep 1 --seed 9"
-                                    " --valid-bleu-sentences 5 --out " + shell_quote(out));
+    const CliRun r = run_train(tmp, "--resume --max-steps 6 --log-every 2 --valid-every 2 --checkpoint-every 3 --keep 1"
+                                    " --seed 9 --valid-bleu-sentences 5 --out " + shell_quote(out));
     INFO(r.err);
     REQUIRE(r.status == 0);
     CHECK_THAT(r.err, Catch::Contains("ignored: --seed --valid-bleu-sentences\n"));
@@ -1241,6 +1242,9 @@ TEST_CASE("train: --resume applies --keep, --checkpoint-every and --log-every, a
     CHECK(logged[3].at("grad_norm") == straight[5].at("grad_norm"));  // the same step 6: the seed did not change
     CHECK(tf::checkpoints_on_disk(out) == std::vector<std::string>{checkpoint_name(6)});  // --keep 1 at 3 and 6
     CHECK(read_state(out).at("kept") == json::array({checkpoint_name(6)}));
+    std::vector<std::int64_t> validated;
+    for (const json& v : of_type(read_metrics(out), "valid")) validated.push_back(v.at("step"));
+    CHECK(validated == std::vector<std::int64_t>{2, 4, 6});  // the run's final one at 2, then --valid-every 2
 }
 
 TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the flag", "[train]") {
