@@ -968,6 +968,14 @@ TEST_CASE("train: --force checks every input before deleting, and deletes only t
         check_refused(run_train(tmp, "--resume --force --max-steps 3 --out " + shell_quote(out)), "--force");
         CHECK(snapshot(out) == before);
     }
+    SECTION("a user's file of a name a run writes, in a directory without a run: refused without --force") {
+        TempDir other;
+        write_all(other / "config.toml", "# my settings\n");
+        const CliRun r = run_train(tmp, tiny_flags(corpus, other.str()) + " --max-steps 1");
+        check_refused(r, "config.toml");
+        CHECK_THAT(r.err, Catch::Contains("--force"));
+        CHECK(snapshot(other.str()) == std::map<std::string, std::string>{{"config.toml", "# my settings\n"}});
+    }
     SECTION("a good --force run replaces the run's files and keeps the user's") {
         const CliRun r = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 1 --force");
         INFO(r.err);

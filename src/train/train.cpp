@@ -501,6 +501,14 @@ void Trainer::prepare_directory() {
                                      "with --force (without --resume)");
         return;
     }
+    if (!holds_run(dir_) && !c_.force) {
+        // Not a run, but a file of the name a run writes (a user's vocab.txt or config.toml): never replaced
+        // without being asked.
+        for (const char* f : kRunFiles)
+            if (fs::exists(fs::path(dir_) / f, ec))
+                throw std::runtime_error("--out '" + dir_ + "' holds " + f + ", which this run would replace: move it "
+                                         "away, choose another --out, or give --force to replace it");
+    }
     if (holds_run(dir_)) {
         if (!c_.force)
             throw std::runtime_error("'" + dir_ + "' already holds a training run: continue it with --resume, start over with "
