@@ -1255,7 +1255,8 @@ TEST_CASE("train: --resume applies --keep, --checkpoint-every, --valid-every and
     CHECK(validated == std::vector<std::int64_t>{2, 4, 6});  // the run's final one at 2, then --valid-every 2
 }
 
-TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the flag", "[train]") {
+TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the flag; so is such a run.json",
+          "[train]") {
     Corpus corpus(50);
     TempDir tmp;
     const std::string out = tmp / "run";
@@ -1270,12 +1271,20 @@ TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the fl
     c.optim.clip = std::numeric_limits<double>::infinity();
     CHECK_THAT(train_error(c), Catch::Contains("--clip must be a finite number"));
 
-    // A run.json whose value was stored as null (by an older version) is refused, naming the file.
+    // A run.json whose value was stored as null (by an older version), or edited out of range, is refused,
+    // naming the file.
     train_ok(tmp, tiny_flags(corpus, out) + " --max-steps 1", out, 1);
-    json run = json::parse(read_all(out + "/run.json"));
+    const json good = json::parse(read_all(out + "/run.json"));
+    json run = good;
     run["stop"]["time_budget_minutes"] = nullptr;
     write_all(out + "/run.json", run.dump(2));
     check_refused(run_train(tmp, "--resume --max-steps 2 --out " + shell_quote(out)), out + "/run.json");
+    run = good;
+    run["every"]["checkpoint"] = 0;
+    write_all(out + "/run.json", run.dump(2));
+    const CliRun r = run_train(tmp, "--resume --max-steps 2 --out " + shell_quote(out));
+    check_refused(r, out + "/run.json");
+    CHECK_THAT(r.err, Catch::Contains("--checkpoint-every"));
 }
 
 TEST_CASE("train: a state.json naming files other than the run's checkpoints is refused and nothing is deleted",

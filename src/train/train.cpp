@@ -172,6 +172,7 @@ TrainConfig load_run_config(const std::string& dir) {
     try {
         TrainConfig c = train_config_from_json(read_file(path));
         c.out_dir = dir;
+        c.validate();  // an edited run.json (--checkpoint-every 0 would divide by zero) is refused here
         return c;
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": " + e.what());
@@ -659,6 +660,7 @@ void Trainer::start_writing() {
 void Trainer::write_metrics(const nlohmann::json& j) {
     metrics_ << j.dump() << "\n";
     metrics_.flush();
+    if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
 }
 
 void Trainer::train_step(const Batch& b) {
