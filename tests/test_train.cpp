@@ -1253,6 +1253,19 @@ TEST_CASE("train: --resume applies --keep, --checkpoint-every, --valid-every and
     std::vector<std::int64_t> validated;
     for (const json& v : of_type(read_metrics(out), "valid")) validated.push_back(v.at("step"));
     CHECK(validated == std::vector<std::int64_t>{2, 4, 6});  // the run's final one at 2, then --valid-every 2
+
+    // The changes stay in run.json for later resumes; the settings that cannot change, and the stopping
+    // rule (extended per call), are as they were.
+    const json run = json::parse(read_all(out + "/run.json"));
+    CHECK(run.at("every") == json({{"log", 2}, {"valid", 2}, {"checkpoint", 3}, {"keep", 1}}));
+    CHECK(run.at("seed") == 1);
+    CHECK(run.at("stop").at("max_steps") == 2);
+    const std::string before = read_all(out + "/run.json");
+    const CliRun again = run_train(tmp, "--resume --max-steps 7 --out " + shell_quote(out));
+    INFO(again.err);
+    CHECK(again.status == 0);
+    CHECK(tf::checkpoints_on_disk(out) == std::vector<std::string>{checkpoint_name(7)});
+    CHECK(read_all(out + "/run.json") == before);
 }
 
 TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the flag; so is such a run.json",

@@ -63,7 +63,7 @@ struct TrainConfig {
     bool resume = false;               // continue the run in out_dir (its run.json settings)
     bool force = false;                // start over in a directory that holds another run (deletes only
                                        // the files training writes, once the new run's inputs are read)
-    // With resume: settings of this call that replace the run's own for the rest of it (unset: the run's).
+    // With resume: settings of this call that replace the run's own, in run.json too (unset: the run's).
     // They change no number the training computes. The others cannot change mid-run: the seed, the model,
     // the data and the validation score that picks the best model (valid_bleu, valid_bleu_sentences).
     struct ResumeChanges {

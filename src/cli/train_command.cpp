@@ -196,7 +196,7 @@ void add_train_command(CLI::App& app) {
         ->check(number_above(0, false))->group(run);
     cmd->add_flag("--resume", c->resume, "Continue the run in --out from its last checkpoint, with its own settings; this call may\n"
                                            "change only --max-steps, --epochs, --time-budget, --log-every, --valid-every,\n"
-                                           "--checkpoint-every and --keep")->group(run);
+                                           "--checkpoint-every and --keep (these four are kept in run.json for later resumes)")->group(run);
     cmd->add_flag("--force", c->force, "Start over in an --out that holds another run: once this run's inputs are read, deletes\n"
                                          "the files training wrote there (model, checkpoints, metrics, ...), not the user's own")->group(run);
     cmd->add_flag("--check-nan", c->check_nan, "On a non-finite loss or gradient, name the first op that produced it")->group(run);

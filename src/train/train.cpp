@@ -424,6 +424,7 @@ private:
     std::string dir_;
     RunLock lock_;
     std::string resume_from_;  // --resume: the checkpoint to load ("" = start the run from step 0)
+    std::string updated_run_json_;  // --resume with ResumeChanges: run.json with them ("" = unchanged)
 
     TokenizerPair tokenizers_;
     std::unique_ptr<Batcher> batcher_;
@@ -476,14 +477,16 @@ void Trainer::prepare_directory() {
         TrainConfig stored = load_run_config(dir_);
         lock_directory();
         const std::int64_t first_checkpoint = stored.checkpoint_every;
-        if (c_.max_steps) stored.max_steps = c_.max_steps;
-        if (c_.epochs) stored.epochs = c_.epochs;
-        if (c_.time_budget_minutes) stored.time_budget_minutes = c_.time_budget_minutes;
         const TrainConfig::ResumeChanges& change = c_.resume_changes;
         if (change.log_every) stored.log_every = *change.log_every;
         if (change.valid_every) stored.valid_every = *change.valid_every;
         if (change.checkpoint_every) stored.checkpoint_every = *change.checkpoint_every;
         if (change.keep) stored.keep = *change.keep;
+        // Changed settings stay for later resumes: a plain --resume after --keep 10 must not prune to 3.
+        if (to_json(stored) != read_file((fs::path(dir_) / "run.json").string())) updated_run_json_ = to_json(stored);
+        if (c_.max_steps) stored.max_steps = c_.max_steps;
+        if (c_.epochs) stored.epochs = c_.epochs;
+        if (c_.time_budget_minutes) stored.time_budget_minutes = c_.time_budget_minutes;
         stored.threads = c_.threads;
         stored.check_nan = c_.check_nan;
         stored.resume = true;
@@ -649,6 +652,7 @@ void Trainer::start_writing() {
         if (!c_.resolved_config_toml.empty())
             write_file_atomic((fs::path(dir_) / "config.toml").string(), c_.resolved_config_toml);
     }
+    if (!updated_run_json_.empty()) write_file_atomic((fs::path(dir_) / "run.json").string(), updated_run_json_);
     fs::create_directories(fs::path(dir_) / "checkpoints", ec);
     if (ec) throw std::runtime_error("cannot create '" + dir_ + "/checkpoints': " + ec.message());
     const std::string metrics = (fs::path(dir_) / "metrics.jsonl").string();
