@@ -21,6 +21,7 @@
 #include "tapeformer/checkpoint.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
+#include "tapeformer/optim.h"
 #include "tapeformer/safetensors.h"
 #include "helpers.h"
 
@@ -323,4 +324,40 @@ TEST_CASE("bad inputs and flags fail with one line naming the problem", "[cli]")
                              "no/dir");
     }
     CHECK(read_all(f.existing) == "keep me\n");
+}
+
+TEST_CASE("translate and eval use the newest checkpoint, with a note, when model.safetensors is missing", "[cli]") {
+    CliFixture f;
+    const Run with_model = run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput);
+    REQUIRE(with_model.status == 0);
+
+    // What a run killed before it wrote model.safetensors leaves: training checkpoints (weights and Adam's
+    // state), the newest of which holds the same weights as the model file had; an older one others.
+    tf::Transformer model(f.config), older(f.config, /*seed=*/99);
+    tf::load_into(model.parameters(), tf::load_safetensors(f.weights));
+    fs::create_directories(f.model + "/checkpoints");
+    tf::TrainState state;
+    state.step = 1;
+    tf::save_training_checkpoint(f.model + "/checkpoints/step-00000001.safetensors", older,
+                                 tf::Adam(older.parameters()), state);
+    state.step = 2;
+    tf::save_training_checkpoint(f.model + "/checkpoints/step-00000002.safetensors", model,
+                                 tf::Adam(model.parameters()), state);
+    fs::remove(f.weights);
+
+    const Run r = run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput);
+    INFO(r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out == with_model.out);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::Contains("tapeformer: note: ") && Catch::Contains("no model.safetensors") &&
+                          Catch::Contains("checkpoints/step-00000002.safetensors"));
+
+    write_all(f.tmp / "a.src", "a dog\n");
+    write_all(f.tmp / "a.ref", "lo karo\n");
+    const Run e = run_cli(f.tmp, "eval --model " + shell_quote(f.model) + " --src " + shell_quote(f.tmp / "a.src") +
+                                     " --ref " + shell_quote(f.tmp / "a.ref"));
+    INFO(e.err);
+    CHECK(e.status == 0);
+    CHECK_THAT(e.err, Catch::Contains("checkpoints/step-00000002.safetensors"));
 }

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -148,17 +150,19 @@ struct CliRun {
     }
 };
 
-// `tapeformer --threads 1 train <args>` (args already quoted), stdout discarded, stderr captured.
-CliRun run_train(const TempDir& scratch, const std::string& args) {
+// `tapeformer --threads 1 <args>` (args already quoted), stdout discarded, stderr captured.
+CliRun run_cli(const TempDir& scratch, const std::string& args) {
     const std::string err = scratch / "cli.stderr";
     const std::string command =
-        shell_quote(TF_CLI) + " --threads 1 train " + args + " </dev/null >/dev/null 2>" + shell_quote(err);
+        shell_quote(TF_CLI) + " --threads 1 " + args + " </dev/null >/dev/null 2>" + shell_quote(err);
     const int raw = std::system(command.c_str());
     CliRun r;
     r.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;
     r.err = read_all(err);
     return r;
 }
+
+CliRun run_train(const TempDir& scratch, const std::string& args) { return run_cli(scratch, "train " + args); }
 
 // The usual flags of a tiny CLI run on `corpus` into `out` (no stopping rule: callers add it).
 std::string tiny_flags(const Corpus& corpus, const std::string& out,
@@ -881,4 +885,440 @@ TEST_CASE("train: metrics.jsonl holds one JSON object per line with the document
     CHECK(seen == std::vector<P>{P{"train", 2}, P{"valid", 2}, P{"train", 4}, P{"valid", 4}});
     CHECK(result.best_valid_loss > 0);
     CHECK((result.best_valid_bleu >= 0) == bleu);
+}
+
+// ---- 9. runs that are never lost or silently wrong -------------------------------------------------------
+
+namespace {
+
+// Every file under `dir` (relative path -> bytes), to check that a refused command changed nothing. Not
+// train.lock: it holds the pid of the last process that locked the directory, a refused one included.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+        if (e.is_regular_file() && e.path().filename() != "train.lock")
+            files[fs::relative(e.path(), dir).string()] = read_all(e.path().string());
+    return files;
+}
+
+// The pid of a process that has exited (and been reaped): nobody runs under it now.
+pid_t dead_pid() {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(0);
+    REQUIRE(pid > 0);
+    ::waitpid(pid, nullptr, 0);
+    return pid;
+}
+
+// Changes fields of the TrainState stored in a checkpoint: what the checkpoint held at an earlier moment.
+void rewrite_train_state(const std::string& path, const json& changes) {
+    tf::SafetensorsFile file = tf::load_safetensors(path);
+    json state = json::parse(file.metadata.at("tapeformer.train_state"));
+    state.update(changes);
+    file.metadata["tapeformer.train_state"] = state.dump();
+    file.metadata.erase(tf::kSafetensorsChecksumKey);
+    std::vector<tf::NamedTensor> tensors;
+    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+    tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+}
+
+// Removes the last line of DIR/metrics.jsonl, which must be of `type`.
+void drop_last_metrics_line(const std::string& dir, const std::string& type) {
+    auto lines = split_lines(read_all(dir + "/metrics.jsonl"));
+    REQUIRE(json::parse(lines.back()).at("type") == type);
+    lines.pop_back();
+    write_all(dir + "/metrics.jsonl", join_lines(lines));
+}
+
+// metrics.jsonl without the timing fields, which differ from run to run.
+std::vector<json> metrics_without_timing(const std::string& dir) {
+    auto metrics = read_metrics(dir);
+    for (json& m : metrics) {
+        m.erase("tok_per_s");
+        m.erase("elapsed");
+    }
+    return metrics;
+}
+
+}  // namespace
+
+TEST_CASE("train: --force checks every input before deleting, and deletes only the files training wrote", "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    train_ok(tmp, tiny_flags(corpus, out) + " --max-steps 2 --checkpoint-every 1", out, 2);
+    write_all(out + "/my-notes.txt", "mine\n");
+    write_all(out + "/checkpoints/my-best.safetensors", "mine too\n");
+    const auto before = snapshot(out);
+
+    SECTION("a typo in --train-src: refused, naming it; nothing deleted") {
+        std::string flags = tiny_flags(corpus, out);
+        flags.replace(flags.find(shell_quote(corpus.train_src)), shell_quote(corpus.train_src).size(),
+                      shell_quote(tmp / "trian.src"));
+        check_refused(run_train(tmp, flags + " --max-steps 3 --force"), tmp / "trian.src");
+        CHECK(snapshot(out) == before);
+    }
+    SECTION("a missing --valid-tgt: refused, nothing deleted") {
+        const CliRun r = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 3 --force --valid-src " +
+                                            shell_quote(corpus.valid_src) + " --valid-tgt " + shell_quote(tmp / "nope.tgt"));
+        check_refused(r, tmp / "nope.tgt");
+        CHECK(snapshot(out) == before);
+    }
+    SECTION("--force with --resume contradict each other: refused, nothing deleted") {
+        check_refused(run_train(tmp, "--resume --force --max-steps 3 --out " + shell_quote(out)), "--force");
+        CHECK(snapshot(out) == before);
+    }
+    SECTION("a user's file of a name a run writes, in a directory without a run: refused without --force") {
+        TempDir other;
+        write_all(other / "config.toml", "# my settings\n");
+        const CliRun r = run_train(tmp, tiny_flags(corpus, other.str()) + " --max-steps 1");
+        check_refused(r, "config.toml");
+        CHECK_THAT(r.err, Catch::Contains("--force"));
+        CHECK(snapshot(other.str()) == std::map<std::string, std::string>{{"config.toml", "# my settings\n"}});
+    }
+    SECTION("a good --force run replaces the run's files and keeps the user's") {
+        const CliRun r = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 1 --force");
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        CHECK(read_all(out + "/my-notes.txt") == "mine\n");
+        CHECK(read_all(out + "/checkpoints/my-best.safetensors") == "mine too\n");
+        CHECK(!fs::exists(out + "/" + checkpoint_name(2)));
+        CHECK(tf::checkpoints_on_disk(out) == std::vector<std::string>{checkpoint_name(1)});
+        CHECK(of_type(read_metrics(out), "train").size() == 1);
+    }
+}
+
+TEST_CASE("train: a second train into a directory in use is refused, naming the running one's pid", "[train]") {
+    Corpus corpus(100);
+    TempDir tmp;
+    const std::string out = tmp / "run", err = tmp / "child.stderr";
+    Child child(endless_train_args(corpus, out, {"--checkpoint-every", "2"}), err);
+    wait_for_steps(out, 3);
+    const std::string pid = "pid " + std::to_string(child.pid);
+
+    const CliRun resumed = run_train(tmp, "--resume --max-steps 5 --out " + shell_quote(out));
+    check_refused(resumed, pid);
+    CHECK_THAT(resumed.err, Catch::Contains(out));
+    const CliRun forced = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 1 --force");
+    check_refused(forced, pid);
+    CHECK(fs::exists(out + "/run.json"));  // --force deleted nothing under the running process
+
+    // The first run never noticed: it stops cleanly, and afterwards the directory is free again.
+    REQUIRE(::kill(child.pid, SIGTERM) == 0);
+    CHECK(child.wait_exit(std::chrono::seconds(60)) == 130);
+    const std::int64_t n = read_state(out).at("step");
+    const CliRun after = run_train(tmp, "--resume --max-steps " + std::to_string(n + 1) + " --out " + shell_quote(out));
+    INFO(after.err);
+    CHECK(after.status == 0);
+}
+
+TEST_CASE("train: --resume without state.json continues from the newest checkpoint on disk, never from step 0",
+          "[train]") {
+    Corpus corpus(100);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "straight");
+    c.max_steps = 6;
+    c.checkpoint_every = 2;
+    train_quietly(c);
+    const auto straight = of_type(read_metrics(tmp / "straight"), "train");
+    const std::string out = tmp / "run";
+    c.out_dir = out;
+    c.max_steps = 4;
+    train_quietly(c);
+    tf::TrainConfig resume;
+    resume.out_dir = out;
+    resume.resume = true;
+    resume.max_steps = 6;
+    resume.threads = 1;
+
+    SECTION("state.json missing, or listing no checkpoint: the newest on disk, with a note") {
+        if (GENERATE(true, false)) fs::remove(out + "/state.json");
+        else write_all(out + "/state.json", R"({"format": 1, "last": "", "kept": []})");
+        const std::string log = train_quietly(resume);
+        CHECK_THAT(log, Catch::Contains("resuming from the newest checkpoint on disk, " + checkpoint_name(4)));
+        CHECK_THAT(log, Catch::Contains("(step 4,"));
+        const auto after = of_type(read_metrics(out), "train");
+        REQUIRE(after.size() == straight.size());
+        for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].at("loss") == straight[i].at("loss"));
+        CHECK(read_state(out).at("last") == checkpoint_name(6));
+    }
+    SECTION("no checkpoint on disk either, but metrics past the first one: refused, naming the fix") {
+        fs::remove(out + "/state.json");
+        for (const auto& name : tf::checkpoints_on_disk(out)) fs::remove(out + "/" + name);
+        const auto before = snapshot(out);
+        const std::string e = train_error(resume);
+        CHECK_THAT(e, Catch::Contains("metrics.jsonl records step 4") && Catch::Contains("--force"));
+        CHECK(snapshot(out) == before);
+    }
+}
+
+TEST_CASE("train: a resumed run whose last step is a checkpoint ends exactly as the uninterrupted run", "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", split = tmp / "split";
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_bleu = true;
+    c.valid_bleu_sentences = 3;
+    c.valid_every = 3;  // validations at 3 and (the final one) at 4
+    c.checkpoint_every = 2;
+    c.max_steps = 4;
+    train_quietly(c);
+
+    // What a kill right after the checkpoint at step 2 leaves: that checkpoint is the last one.
+    fs::copy(straight, split, fs::copy_options::recursive);
+    fs::remove(split + "/" + checkpoint_name(4));
+    tf::TrainConfig resume;
+    resume.out_dir = split;
+    resume.resume = true;
+    resume.threads = 1;
+    const std::string log = train_quietly(resume);
+    CHECK_THAT(log, Catch::Contains("(step 2,"));
+    CHECK_THAT(log, !Catch::Contains("already reached"));
+
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(split);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+    const json sa = read_state(straight), sb = read_state(split);
+    for (const char* key : {"last", "kept", "step", "best_step", "best_score"}) CHECK(sa.at(key) == sb.at(key));
+}
+
+TEST_CASE("train: a run killed during its final validation owes it: --resume validates and ends as the whole run",
+          "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", killed = tmp / "killed";
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_bleu = true;
+    c.valid_bleu_sentences = 3;
+    c.valid_every = 3;
+    c.checkpoint_every = 2;
+    c.max_steps = 4;
+    train_quietly(c);
+
+    // What a kill during the final validation at step 4 leaves: the checkpoint written at step 4 before it
+    // (its last validation and best score those of step 3), and no metrics line of the final validation.
+    fs::copy(straight, killed, fs::copy_options::recursive);
+    const auto valid = of_type(read_metrics(straight), "valid");
+    REQUIRE(valid.size() == 2);
+    rewrite_train_state(killed + "/" + checkpoint_name(4),
+                        {{"valid_step", 3}, {"best_step", 3}, {"best_score", valid[0].at("valid_bleu")}});
+    drop_last_metrics_line(killed, "valid");
+
+    tf::TrainConfig resume;
+    resume.out_dir = killed;
+    resume.resume = true;
+    resume.threads = 1;
+    const std::string log = train_quietly(resume);
+    CHECK_THAT(log, Catch::Contains("valid @ step 4") && !Catch::Contains("already reached"));
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(killed + "/model.safetensors")));
+    CHECK(read_state(killed).at("best_step") == read_state(straight).at("best_step"));
+
+    // Now the run is complete: another --resume has nothing to do and changes nothing.
+    const auto before = snapshot(killed);
+    CHECK_THAT(train_quietly(resume), Catch::Contains("already reached its stopping rule at step 4"));
+    CHECK(snapshot(killed) == before);
+}
+
+TEST_CASE("train: a run killed at an epoch's last batch, just after its checkpoint, ends the epoch when resumed",
+          "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "epoch");
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_every = 0;  // validation at the end of each epoch
+    c.max_steps = 0;
+    c.epochs = 1;
+    train_quietly(c);
+    const std::int64_t n = read_state(tmp / "epoch").at("step");  // batches per epoch
+
+    const std::string straight = tmp / "straight", killed = tmp / "killed";
+    c.out_dir = straight;
+    c.epochs = 0;
+    c.max_steps = n;  // stops at the epoch's last batch: the epoch ends, and is validated, all the same
+    c.checkpoint_every = 1;
+    train_quietly(c);
+    const json saved = json::parse(
+        tf::load_safetensors(straight + "/" + checkpoint_name(n)).metadata.at("tapeformer.train_state"));
+    CHECK(saved.at("epoch") == 1);  // the checkpoint holds the end of the epoch and its validation
+    CHECK(saved.at("valid_step") == n);
+
+    // What a kill right after the checkpoint at step n, before the epoch ended, leaves.
+    fs::copy(straight, killed, fs::copy_options::recursive);
+    rewrite_train_state(killed + "/" + checkpoint_name(n),
+                        {{"epoch", 0}, {"batch_in_epoch", n}, {"valid_step", -1}, {"best_step", -1}, {"best_score", 0}});
+    drop_last_metrics_line(killed, "valid");
+    tf::TrainConfig resume;
+    resume.out_dir = killed;
+    resume.resume = true;
+    resume.threads = 1;
+    train_quietly(resume);
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(killed + "/model.safetensors")));
+    CHECK(read_state(killed).at("best_step") == n);
+}
+
+TEST_CASE("train: a run killed before its first validation leaves a model that translate can use", "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    const std::string out = tmp / "run", err = tmp / "child.stderr";
+    Child child(endless_train_args(corpus, out,
+                                   {"--valid-src", corpus.valid_src, "--valid-tgt", corpus.valid_tgt, "--valid-every",
+                                    "1000", "--checkpoint-every", "2"}),
+                err);
+    wait_for_steps(out, 3);  // the checkpoint at step 2 is complete, no validation has run
+    REQUIRE(::kill(child.pid, SIGKILL) == 0);
+    child.wait_exit(std::chrono::seconds(60));
+    REQUIRE(!tf::checkpoints_on_disk(out).empty());
+    CHECK(fs::exists(out + "/model.safetensors"));
+    const std::string translate = "translate --model " + shell_quote(out) + " --input " + shell_quote(corpus.valid_src) +
+                                  " --output " + shell_quote(tmp / "out.txt");
+    const CliRun r = run_cli(tmp, translate);
+    INFO(r.err);
+    CHECK(r.status == 0);
+
+    SECTION("without model.safetensors (a run of an older version), translate uses the newest checkpoint") {
+        fs::remove(out + "/model.safetensors");
+        const CliRun fallback = run_cli(tmp, translate);
+        INFO(fallback.err);
+        CHECK(fallback.status == 0);
+        CHECK_THAT(fallback.err, Catch::Contains("note") && Catch::Contains(tf::checkpoints_on_disk(out).back()));
+        CHECK(split_lines(read_all(tmp / "out.txt")).size() == 20);
+    }
+}
+
+TEST_CASE("train: leftovers of killed writes are removed; a live writer's and a user's files stay", "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.max_steps = 2;
+    c.checkpoint_every = 1;
+    c.keep = 1;
+    train_quietly(c);
+    // A kill between state.json and pruning leaves an older checkpoint that state.json no longer lists.
+    fs::copy_file(out + "/" + checkpoint_name(2), out + "/" + checkpoint_name(1));
+    const std::string dead = std::to_string(dead_pid()), alive = std::to_string(::getppid());  // not ours: train() writes
+    const std::string stale_checkpoint = out + "/" + checkpoint_name(3) + ".tmp." + dead;
+    const std::string stale_state = out + "/state.json.tmp." + dead;
+    const std::string live = out + "/model.safetensors.tmp." + alive;
+    const std::string users = out + "/notes.txt.tmp." + dead;
+    for (const auto& f : {stale_checkpoint, stale_state, live, users}) write_all(f, "partial");
+
+    tf::TrainConfig resume;
+    resume.out_dir = out;
+    resume.resume = true;
+    resume.max_steps = 3;
+    resume.threads = 1;
+    const std::string log = train_quietly(resume);
+    CHECK_THAT(log, Catch::Contains("removed 2 temporary files"));
+    CHECK(!fs::exists(stale_checkpoint));
+    CHECK(!fs::exists(stale_state));
+    CHECK(fs::exists(live));
+    CHECK(fs::exists(users));
+    CHECK(tf::checkpoints_on_disk(out) == std::vector<std::string>{checkpoint_name(3)});
+}
+
+TEST_CASE("train: --resume applies --keep, --checkpoint-every, --valid-every and --log-every, and names what it "
+          "ignores", "[train]") {
+    Corpus corpus(100);
+    TempDir tmp;
+    const auto straight = train_ok(tmp, tiny_flags(corpus, tmp / "straight") + " --max-steps 6", tmp / "straight", 6);
+    const std::string out = tmp / "run";
+    const std::string valid = " --valid-src " + shell_quote(corpus.valid_src) + " --valid-tgt " + shell_quote(corpus.valid_tgt);
+    train_ok(tmp, tiny_flags(corpus, out) + valid + " --valid-every 100 --max-steps 2 --checkpoint-every 1", out, 2);
+
+    const CliRun r = run_train(tmp, "--resume --max-steps 6 --log-every 2 --valid-every 2 --checkpoint-every 3 --keep 1"
+                                    " --seed 9 --valid-bleu-sentences 5 --out " + shell_quote(out));
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains("ignored: --seed --valid-bleu-sentences\n"));
+    const auto logged = of_type(read_metrics(out), "train");
+    REQUIRE(logged.size() == 4);
+    CHECK(logged[2].at("step") == 4);
+    CHECK(logged[3].at("step") == 6);
+    CHECK(logged[3].at("grad_norm") == straight[5].at("grad_norm"));  // the same step 6: the seed did not change
+    CHECK(tf::checkpoints_on_disk(out) == std::vector<std::string>{checkpoint_name(6)});  // --keep 1 at 3 and 6
+    CHECK(read_state(out).at("kept") == json::array({checkpoint_name(6)}));
+    std::vector<std::int64_t> validated;
+    for (const json& v : of_type(read_metrics(out), "valid")) validated.push_back(v.at("step"));
+    CHECK(validated == std::vector<std::int64_t>{2, 4, 6});  // the run's final one at 2, then --valid-every 2
+
+    // The changes stay in run.json for later resumes; the settings that cannot change, and the stopping
+    // rule (extended per call), are as they were.
+    const json run = json::parse(read_all(out + "/run.json"));
+    CHECK(run.at("every") == json({{"log", 2}, {"valid", 2}, {"checkpoint", 3}, {"keep", 1}}));
+    CHECK(run.at("seed") == 1);
+    CHECK(run.at("stop").at("max_steps") == 2);
+    const std::string before = read_all(out + "/run.json");
+    const CliRun again = run_train(tmp, "--resume --max-steps 7 --out " + shell_quote(out));
+    INFO(again.err);
+    CHECK(again.status == 0);
+    CHECK(tf::checkpoints_on_disk(out) == std::vector<std::string>{checkpoint_name(7)});
+    CHECK(read_all(out + "/run.json") == before);
+}
+
+TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the flag; so is such a run.json",
+          "[train]") {
+    Corpus corpus(50);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    for (const char* flag : {"--time-budget", "--clip", "--lr"}) {
+        INFO(flag);
+        const CliRun r = run_train(tmp, tiny_flags(corpus, out) + " --max-steps 2 " + flag + " inf");
+        check_refused(r, flag);
+        CHECK_THAT(r.err, Catch::Contains("finite"));
+    }
+    CHECK(!fs::exists(out));
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.optim.clip = std::numeric_limits<double>::infinity();
+    CHECK_THAT(train_error(c), Catch::Contains("--clip must be a finite number"));
+
+    // A run.json whose value was stored as null (by an older version), or edited out of range, is refused,
+    // naming the file.
+    train_ok(tmp, tiny_flags(corpus, out) + " --max-steps 1", out, 1);
+    const json good = json::parse(read_all(out + "/run.json"));
+    json run = good;
+    run["stop"]["time_budget_minutes"] = nullptr;
+    write_all(out + "/run.json", run.dump(2));
+    check_refused(run_train(tmp, "--resume --max-steps 2 --out " + shell_quote(out)), out + "/run.json");
+    run = good;
+    run["every"]["checkpoint"] = 0;
+    write_all(out + "/run.json", run.dump(2));
+    const CliRun r = run_train(tmp, "--resume --max-steps 2 --out " + shell_quote(out));
+    check_refused(r, out + "/run.json");
+    CHECK_THAT(r.err, Catch::Contains("--checkpoint-every"));
+}
+
+TEST_CASE("train: a state.json naming files other than the run's checkpoints is refused and nothing is deleted",
+          "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    train_ok(tmp, tiny_flags(corpus, out) + " --max-steps 2 --checkpoint-every 1", out, 2);
+    write_all(tmp / "victim.txt", "precious\n");
+    write_all(out + "/notes.txt", "mine\n");
+    const std::string bad = GENERATE(std::string("../victim.txt"), std::string("notes.txt"),
+                                     std::string("checkpoints/../../victim.txt"), std::string("/etc/passwd"));
+    INFO(bad);
+    json state = read_state(out);
+    state["kept"] = json::array({bad, checkpoint_name(2)});
+    write_all(out + "/state.json", state.dump(2));
+
+    const CliRun r = run_train(tmp, "--resume --max-steps 4 --keep 1 --out " + shell_quote(out));
+    check_refused(r, out + "/state.json");
+    CHECK_THAT(r.err, Catch::Contains(bad));
+    CHECK(read_all(tmp / "victim.txt") == "precious\n");
+    CHECK(read_all(out + "/notes.txt") == "mine\n");
+    CHECK(of_type(read_metrics(out), "train").size() == 2);
 }

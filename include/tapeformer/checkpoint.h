@@ -1,6 +1,7 @@
 // What a model directory holds, and how it is written and read back.
 //
-//   DIR/model.safetensors      the weights translate and eval use (best by validation, else the last),
+//   DIR/model.safetensors      the weights translate and eval use: best by validation (until the first
+//                              validation, and without validation data, those of the last checkpoint),
 //                              PyTorch names, model config in __metadata__, CRC-32C checksum
 //   DIR/vocab.txt | spm.model  the tokenizer(s) (src.* and tgt.* when not joint)
 //   DIR/run.json               the resolved training settings (what --resume continues)
@@ -9,6 +10,7 @@
 //   DIR/checkpoints/step-N.safetensors   full training state at step N (weights, optimizer moments, step,
 //                              RNG, data position, best score); the newest --keep are kept
 //   DIR/metrics.jsonl          one JSON object per logged step and per validation
+//   DIR/train.lock             flock-ed by the `train` using DIR, for as long as it runs; holds its pid
 //
 // Every file is written to a temporary name, fsynced and renamed, so a crash leaves the previous version.
 #pragma once
@@ -16,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/nn/transformer.h"
@@ -34,6 +37,8 @@ struct TrainState {
     std::uint64_t dropout_offset = 0;  // the dropout generator's counter (its seed is the run's seed)
     double best_score = 0;             // best validation score so far (BLEU, or −loss without BLEU)
     std::int64_t best_step = -1;       // step of best_score; −1: no validation yet
+    std::int64_t valid_step = -1;      // step of the last validation; −1: none yet (a resumed run that
+                                       // stopped before its final validation still owes it)
     double train_seconds = 0;          // training time so far, validation and checkpoints excluded
     std::int64_t target_tokens = 0;    // non-pad target tokens trained on
     std::int64_t skipped_empty = 0, filtered_long = 0;  // corpus statistics, for the log
@@ -50,15 +55,24 @@ void save_training_checkpoint(const std::string& path, const Transformer& model,
 // and shapes; every problem is one std::runtime_error line naming the file.
 TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer);
 
+// The names training gives its checkpoints: "checkpoints/step-00000042.safetensors" (relative to DIR).
+std::string checkpoint_name(std::int64_t step);
+// The step of a checkpoint_name(), or −1 when `name` is not one (any other path, "..", a user's file).
+std::int64_t checkpoint_step(const std::string& name);
+// The checkpoints in DIR/checkpoints, by checkpoint_name(), oldest step first.
+std::vector<std::string> checkpoints_on_disk(const std::string& dir);
+
 // A trained model ready to use: the network and its tokenizers.
 struct ModelBundle {
     std::unique_ptr<Transformer> model;
     TokenizerPair tokenizers;
     std::string dir;
+    std::string note;  // non-empty when the weights are not DIR/model.safetensors: says which they are
 };
-// Reads DIR/model.safetensors and the tokenizers. Errors (missing directory or files, a corrupted or
-// truncated file, another format version, a tokenizer that does not match the model's vocabulary) are
-// one std::runtime_error line naming the path and what to do.
+// Reads DIR/model.safetensors and the tokenizers. A run killed before it wrote model.safetensors still has
+// its checkpoints: then the weights of the newest one are used, and `note` says so. Errors (missing
+// directory or files, a corrupted or truncated file, another format version, a tokenizer that does not
+// match the model's vocabulary) are one std::runtime_error line naming the path and what to do.
 ModelBundle load_model_dir(const std::string& dir);
 
 TF_NAMESPACE_END

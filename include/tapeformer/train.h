@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "tapeformer/data/tokenizer.h"
@@ -60,7 +61,15 @@ struct TrainConfig {
     std::int64_t valid_bleu_sentences = 0;  // decode only the first N validation sentences (0 = all)
 
     bool resume = false;               // continue the run in out_dir (its run.json settings)
-    bool force = false;                // overwrite a directory that holds another run
+    bool force = false;                // start over in a directory that holds another run (deletes only
+                                       // the files training writes, once the new run's inputs are read)
+    // With resume: settings of this call that replace the run's own, in run.json too (unset: the run's).
+    // They change no number the training computes. The others cannot change mid-run: the seed, the model,
+    // the data and the validation score that picks the best model (valid_bleu, valid_bleu_sentences).
+    struct ResumeChanges {
+        std::optional<std::int64_t> log_every, valid_every, checkpoint_every;
+        std::optional<int> keep;
+    } resume_changes;
     bool check_nan = false;            // on a non-finite loss, name the first op that produced it
     std::string resolved_config_toml;  // written to DIR/config.toml by a new run (the CLI renders it)
 

@@ -98,6 +98,7 @@ void add_eval_command(CLI::App& app) {
             throw std::runtime_error("--src '" + opt->src + "' and --ref '" + opt->ref +
                                      "' hold no line pair with both sides non-empty: nothing to score");
         ModelBundle bundle = load_model_dir(opt->model_dir);
+        if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         const EvalReport report = evaluate(*bundle.model, bundle.tokenizers, src, ref, opt->decode,
                                            opt->label_smoothing, opt->batch_tokens, terminal_progress("translating"));
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "tapeformer/blas.h"
 #include "tapeformer/cli/commands.h"
@@ -193,8 +194,11 @@ void add_train_command(CLI::App& app) {
         ->group(run);
     cmd->add_option("--valid-bleu-sentences", c->valid_bleu_sentences, "Decode only the first N validation sentences (0 = all)")
         ->check(number_above(0, false))->group(run);
-    cmd->add_flag("--resume", c->resume, "Continue the run in --out from its last checkpoint")->group(run);
-    cmd->add_flag("--force", c->force, "Start over in an --out that holds another run (deletes its checkpoints)")->group(run);
+    cmd->add_flag("--resume", c->resume, "Continue the run in --out from its last checkpoint, with its own settings; this call may\n"
+                                           "change only --max-steps, --epochs, --time-budget, --log-every, --valid-every,\n"
+                                           "--checkpoint-every and --keep (these four are kept in run.json for later resumes)")->group(run);
+    cmd->add_flag("--force", c->force, "Start over in an --out that holds another run: once this run's inputs are read, deletes\n"
+                                         "the files training wrote there (model, checkpoints, metrics, ...), not the user's own")->group(run);
     cmd->add_flag("--check-nan", c->check_nan, "On a non-finite loss or gradient, name the first op that produced it")->group(run);
 
     cmd->callback([cmd, c, preset, layers, strings, config_file]() {
@@ -212,7 +216,8 @@ void add_train_command(CLI::App& app) {
                 throw std::invalid_argument(from + ": " + name + ": " + e.what());
             }
         };
-        if (!config_file->empty()) {
+        // --resume continues the run's own settings: --config and --preset fill nothing then.
+        if (!config_file->empty() && !c->resume) {
             for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(*config_file)) {
                 if (item.name == "++" || item.name == "--") continue;  // section markers
                 if (!item.parents.empty() && !(item.parents.size() == 1 && item.parents[0] == "train"))
@@ -221,7 +226,7 @@ void add_train_command(CLI::App& app) {
             }
         }
         // A preset fills what neither the command line nor --config set.
-        if (!preset->empty()) {
+        if (!preset->empty() && !c->resume) {
             const auto all = presets();
             for (const auto& [name, value] : all.at(*preset).values) fill(name, {value}, "preset " + *preset);
         }
@@ -239,12 +244,23 @@ void add_train_command(CLI::App& app) {
         if (cfg.optim.schedule.total_steps == 0) cfg.optim.schedule.total_steps = cfg.max_steps;
         cfg.threads = num_threads();  // as set by the global --threads (default: all cores)
         if (cfg.resume) {
+            // What may change when a run is resumed: where it stops and what it logs, validates and keeps,
+            // none of which changes a number it computes. The rest is the run's and is named as ignored.
+            auto given = [cmd](const char* name) { return cmd->get_option(name)->count() > 0; };
+            if (given("--log-every")) cfg.resume_changes.log_every = cfg.log_every;
+            if (given("--valid-every")) cfg.resume_changes.valid_every = cfg.valid_every;
+            if (given("--checkpoint-every")) cfg.resume_changes.checkpoint_every = cfg.checkpoint_every;
+            if (given("--keep")) cfg.resume_changes.keep = cfg.keep;
+            const std::set<std::string> applied = {"--out", "--resume", "--force", "--check-nan", "--max-steps", "--epochs",
+                                                   "--time-budget", "--log-every", "--valid-every", "--checkpoint-every",
+                                                   "--keep"};
             std::string ignored;
             for (const CLI::Option* o : cmd->get_options())
-                if (o->count() && o->get_group() != "Run" && o->get_name() != "--preset" && o->get_name() != "--config")
-                    ignored += " " + o->get_name();
+                if (o->count() && applied.count(o->get_name()) == 0) ignored += " " + o->get_name();
             if (!ignored.empty())
-                std::cerr << "tapeformer: note: --resume keeps the run's own settings; ignored:" << ignored << "\n";
+                std::cerr << "tapeformer: note: --resume keeps the run's own settings (the seed, the model, the data "
+                             "and how the best model is chosen cannot change mid-run); ignored:"
+                          << ignored << "\n";
         } else {
             cfg.resolved_config_toml = to_toml(cfg);
         }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -41,6 +42,8 @@ CLI::Validator number_above(double lo, bool strict) {
         [lo, strict, bound](std::string& text) -> std::string {
             double x = 0;
             if (!CLI::detail::lexical_cast(text, x)) return "'" + text + "' is not a number";
+            // inf would be accepted by the bound but cannot be stored in run.json (JSON has no infinity).
+            if (!std::isfinite(x)) return "must be a finite number, got " + text;
             if (strict ? x > lo : x >= lo) return {};
             return "must be " + bound + ", got " + text;
         },
@@ -114,6 +117,7 @@ void add_translate_command(CLI::App& app) {
         if (!opt->output.empty()) check_output_path(opt->output, "--output");
         // The model first: a wrong --model should fail at once, not after the user has typed the input.
         ModelBundle bundle = load_model_dir(opt->model_dir);
+        if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         const std::vector<std::string> lines =
             opt->input.empty() ? read_lines(std::cin, "standard input") : read_lines(opt->input);
         std::int64_t truncated = 0;

@@ -1,6 +1,8 @@
 // Model weights, training checkpoints and model directories. See checkpoint.h for the layout.
 #include "tapeformer/checkpoint.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -50,7 +52,49 @@ void check_same_config(const SafetensorsFile& file, const Transformer& model) {
                                      value + " in this run");
 }
 
+// A training checkpoint's tensors split into the model's weights and the optimizer's state.
+std::pair<SafetensorsFile, SafetensorsFile> split_checkpoint(const SafetensorsFile& file) {
+    SafetensorsFile weights, optim;
+    weights.path = optim.path = file.path;
+    for (const auto& [name, entry] : file.tensors) {
+        if (name.rfind(kOptimPrefix, 0) == 0) optim.tensors[name.substr(std::string(kOptimPrefix).size())] = entry;
+        else weights.tensors[name] = entry;
+    }
+    return {weights, optim};
+}
+
 }  // namespace
+
+std::string checkpoint_name(std::int64_t step) {
+    char name[64];
+    std::snprintf(name, sizeof name, "checkpoints/step-%08lld.safetensors", static_cast<long long>(step));
+    return name;
+}
+
+std::int64_t checkpoint_step(const std::string& name) {
+    const std::string prefix = "checkpoints/step-", suffix = ".safetensors";
+    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return -1;
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.size() < 8 || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+    const std::int64_t step = std::stoll(digits);
+    return checkpoint_name(step) == name ? step : -1;  // one spelling per step
+}
+
+std::vector<std::string> checkpoints_on_disk(const std::string& dir) {
+    std::vector<std::pair<std::int64_t, std::string>> found;
+    std::error_code ec;
+    for (fs::directory_iterator it(fs::path(dir) / "checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = "checkpoints/" + it->path().filename().string();
+        const std::int64_t step = checkpoint_step(name);
+        if (step >= 0 && it->is_regular_file(ec)) found.emplace_back(step, name);
+    }
+    std::sort(found.begin(), found.end());
+    std::vector<std::string> names;
+    for (auto& f : found) names.push_back(std::move(f.second));
+    return names;
+}
 
 std::string to_json(const TrainState& s) {
     nlohmann::json j = {{"step", s.step},
@@ -59,6 +103,7 @@ std::string to_json(const TrainState& s) {
                         {"dropout_offset", s.dropout_offset},
                         {"best_score", s.best_score},
                         {"best_step", s.best_step},
+                        {"valid_step", s.valid_step},
                         {"train_seconds", s.train_seconds},
                         {"target_tokens", s.target_tokens},
                         {"skipped_empty", s.skipped_empty},
@@ -76,6 +121,7 @@ TrainState train_state_from_json(const std::string& text) {
         s.dropout_offset = j.at("dropout_offset").get<std::uint64_t>();
         s.best_score = j.at("best_score").get<double>();
         s.best_step = j.at("best_step").get<std::int64_t>();
+        s.valid_step = j.value("valid_step", std::int64_t(-1));
         s.train_seconds = j.at("train_seconds").get<double>();
         s.target_tokens = j.at("target_tokens").get<std::int64_t>();
         s.skipped_empty = j.value("skipped_empty", std::int64_t(0));
@@ -112,13 +158,7 @@ TrainState load_training_checkpoint(const std::string& path, Transformer& model,
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": " + e.what());
     }
-    // Split the file into model weights and optimizer state.
-    SafetensorsFile weights, optim;
-    weights.path = optim.path = path;
-    for (const auto& [name, entry] : file.tensors) {
-        if (name.rfind(kOptimPrefix, 0) == 0) optim.tensors[name.substr(std::string(kOptimPrefix).size())] = entry;
-        else weights.tensors[name] = entry;
-    }
+    const auto [weights, optim] = split_checkpoint(file);
     load_into(model.parameters(), weights, /*strict=*/true);
     std::vector<NamedTensor> optim_state;
     for (const auto& [name, entry] : optim.tensors) optim_state.push_back({name, optim.tensor(name)});
@@ -134,14 +174,26 @@ ModelBundle load_model_dir(const std::string& dir) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
         throw std::runtime_error("model directory '" + dir + "' does not exist (train one with: tapeformer train --out " + dir + " ...)");
-    const std::string weights_path = (fs::path(dir) / "model.safetensors").string();
-    if (!fs::exists(weights_path, ec))
-        throw std::runtime_error("'" + dir + "' holds no model.safetensors: is it a tapeformer model directory? "
-                                 "(training writes it at the first checkpoint)");
-    const SafetensorsFile file = load_safetensors(weights_path);
-    check_format(file, "model");
+    std::string weights_path = (fs::path(dir) / "model.safetensors").string();
     ModelBundle bundle;
     bundle.dir = dir;
+    SafetensorsFile file;
+    if (fs::exists(weights_path, ec)) {
+        file = load_safetensors(weights_path);
+        check_format(file, "model");
+    } else {
+        // A run killed before it wrote model.safetensors: its newest checkpoint holds the weights.
+        const std::vector<std::string> checkpoints = checkpoints_on_disk(dir);
+        if (checkpoints.empty())
+            throw std::runtime_error("'" + dir + "' holds no model.safetensors and no checkpoints/step-N.safetensors: "
+                                     "is it a tapeformer model directory? (training writes both at its first checkpoint)");
+        weights_path = (fs::path(dir) / checkpoints.back()).string();
+        const SafetensorsFile checkpoint = load_safetensors(weights_path);
+        check_format(checkpoint, "training checkpoint");
+        file = split_checkpoint(checkpoint).first;
+        file.metadata = checkpoint.metadata;
+        bundle.note = "'" + dir + "' holds no model.safetensors; using the weights of its newest checkpoint, " + weights_path;
+    }
     ModelConfig config;
     try {
         config = ModelConfig::from_metadata(file.metadata);

@@ -1,14 +1,20 @@
 // The training loop. See train.h for what it does and checkpoint.h for what it writes.
 #include "tapeformer/train.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -30,11 +36,32 @@ TF_NAMESPACE_BEGIN
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+}  // namespace
+
 // ---- configuration ----------------------------------------------------------------------------------------
 
 void TrainConfig::validate() const {
     auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
     if (out_dir.empty()) fail("train: --out DIR is required");
+    if (resume && force)
+        fail("train: --resume continues the run in '" + out_dir + "' and --force starts it over: give one of them");
+    // run.json must hold every setting so that --resume can read it back; JSON has no infinity or NaN.
+    const std::pair<const char*, double> reals[] = {
+        {"--time-budget", time_budget_minutes}, {"--clip", optim.clip}, {"--lr", optim.schedule.lr},
+        {"--min-lr", optim.schedule.min_lr}, {"--beta1", optim.beta1}, {"--beta2", optim.beta2},
+        {"--adam-eps", optim.eps}, {"--weight-decay", optim.weight_decay}, {"--momentum", optim.momentum},
+        {"--label-smoothing", optim.label_smoothing}, {"--dropout", model.dropout},
+        {"--attention-dropout", model.attention_dropout}, {"--activation-dropout", model.activation_dropout}};
+    for (const auto& [flag, value] : reals)
+        if (!std::isfinite(value)) fail(std::string("train: ") + flag + " must be a finite number, got " + fmt("%g", value));
     if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
         fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
     if (data.valid_src.empty() != data.valid_tgt.empty())
@@ -56,7 +83,9 @@ void TrainConfig::validate() const {
     if (!(optim.label_smoothing >= 0 && optim.label_smoothing < 1))
         fail("train: --label-smoothing must be in [0, 1), got " + std::to_string(optim.label_smoothing));
     if (optim.clip < 0) fail("train: --clip must not be negative");
-    if (log_every < 1 || checkpoint_every < 1 || valid_every < 0 || keep < 1)
+    if (log_every < 1 || checkpoint_every < 1 || valid_every < 0 || keep < 1 ||
+        resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
+        resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
         fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
     optim.schedule.validate();
     ModelConfig m = model;
@@ -143,6 +172,7 @@ TrainConfig load_run_config(const std::string& dir) {
     try {
         TrainConfig c = train_config_from_json(read_file(path));
         c.out_dir = dir;
+        c.validate();  // an edited run.json (--checkpoint-every 0 would divide by zero) is refused here
         return c;
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": " + e.what());
@@ -177,12 +207,6 @@ std::string clock_text(double seconds) {
     const long s = static_cast<long>(seconds + 0.5);
     char buf[32];
     std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
-    return buf;
-}
-
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
     return buf;
 }
 
@@ -238,6 +262,8 @@ struct Manifest {
     std::vector<std::string> kept;   // oldest first
 };
 
+// DIR/state.json. It names the files that pruning deletes, so it may name only this run's own
+// checkpoints/step-N.safetensors: anything else (a path outside DIR, a user's file) is refused.
 Manifest read_manifest(const std::string& dir) {
     const std::string path = (fs::path(dir) / "state.json").string();
     Manifest m;
@@ -248,8 +274,16 @@ Manifest read_manifest(const std::string& dir) {
                                      std::to_string(j.at("format").get<int>()) + ")");
         m.last = j.at("last").get<std::string>();
         m.kept = j.at("kept").get<std::vector<std::string>>();
+        for (const std::string& name : m.kept)
+            if (checkpoint_step(name) < 0)
+                throw std::runtime_error("'" + name + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
+        if (!m.last.empty() && checkpoint_step(m.last) < 0)
+            throw std::runtime_error("'" + m.last + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
+        if (!m.kept.empty() && m.last != m.kept.back())
+            throw std::runtime_error("'last' is '" + m.last + "' but the newest kept checkpoint is '" + m.kept.back() + "'");
     } catch (const std::exception& e) {
-        throw std::runtime_error(path + ": " + e.what());
+        throw std::runtime_error(path + ": " + e.what() +
+                                 " (delete it and --resume continues from the newest checkpoint on disk)");
     }
     return m;
 }
@@ -260,12 +294,99 @@ void write_manifest(const std::string& dir, const Manifest& m, const TrainState&
     write_file_atomic((fs::path(dir) / "state.json").string(), j.dump(2) + "\n");
 }
 
+// The files a training run writes in its directory, besides checkpoints/step-N.safetensors. --force deletes
+// these and nothing else: a user's own files in the directory (or in checkpoints/) stay.
+const char* const kRunFiles[] = {"run.json",  "config.toml",     "state.json",      "model.safetensors",
+                                 "metrics.jsonl", "vocab.txt",   "spm.model",       "src.vocab.txt",
+                                 "src.spm.model", "tgt.vocab.txt", "tgt.spm.model"};
+const char* kLockFile = "train.lock";
+
 // Files that mark a directory as holding a run.
 bool holds_run(const std::string& dir) {
+    std::error_code ec;
     for (const char* f : {"run.json", "state.json", "model.safetensors", "metrics.jsonl"})
-        if (fs::exists(fs::path(dir) / f)) return true;
-    return false;
+        if (fs::exists(fs::path(dir) / f, ec)) return true;
+    return !checkpoints_on_disk(dir).empty();
 }
+
+void remove_run_files(const std::string& dir) {
+    std::error_code ec;
+    for (const char* f : kRunFiles) fs::remove(fs::path(dir) / f, ec);
+    for (const std::string& name : checkpoints_on_disk(dir)) fs::remove(fs::path(dir) / name, ec);
+}
+
+// A write_file_atomic temporary ("<file>.tmp.<pid>") of one of the run's files, and the pid; 0 otherwise.
+pid_t temp_file_pid(const std::string& name, bool in_checkpoints) {
+    const std::size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos) return 0;
+    const std::string base = name.substr(0, at), digits = name.substr(at + 5);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+    const bool ours = in_checkpoints ? checkpoint_step("checkpoints/" + base) >= 0
+                                     : std::find_if(std::begin(kRunFiles), std::end(kRunFiles),
+                                                    [&](const char* f) { return base == f; }) != std::end(kRunFiles);
+    return ours ? static_cast<pid_t>(std::stol(digits)) : 0;
+}
+
+// A write killed half-way leaves its temporary file behind; remove those whose writer is gone.
+// Returns how many were removed.
+int remove_stale_temp_files(const std::string& dir) {
+    int removed = 0;
+    for (const bool in_checkpoints : {false, true}) {
+        const fs::path where = in_checkpoints ? fs::path(dir) / "checkpoints" : fs::path(dir);
+        std::error_code ec;
+        std::vector<fs::path> stale;
+        for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec)) {
+            const pid_t pid = temp_file_pid(it->path().filename().string(), in_checkpoints);
+            if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(it->path());
+        }
+        for (const fs::path& f : stale) removed += fs::remove(f, ec) ? 1 : 0;
+    }
+    return removed;
+}
+
+// An exclusive flock on DIR/train.lock for as long as the run lives, holding the owner's pid: a second
+// `train` into the same directory is refused instead of both writing the same checkpoints. The kernel
+// drops the lock when the process dies, however it dies; the file stays (deleting it would race).
+class RunLock {
+public:
+    RunLock() = default;
+    RunLock(const RunLock&) = delete;
+    RunLock& operator=(const RunLock&) = delete;
+    ~RunLock() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    bool held() const { return fd_ >= 0; }
+
+    void acquire(const std::string& dir) {
+        const std::string path = (fs::path(dir) / kLockFile).string();
+        const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) throw std::runtime_error("cannot open '" + path + "': " + std::strerror(errno));
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            ::close(fd);
+            if (err != EWOULDBLOCK) throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(err));
+            std::string holder;
+            try {
+                holder = read_file(path);
+            } catch (const std::exception&) {
+            }
+            while (!holder.empty() && std::isspace(static_cast<unsigned char>(holder.back()))) holder.pop_back();
+            throw std::runtime_error("'" + dir + "' is in use by another tapeformer train (pid " +
+                                     (holder.empty() ? std::string("unknown") : holder) + ", which holds " + path +
+                                     "): wait for it to finish or stop it, or choose another --out");
+        }
+        const std::string pid = std::to_string(::getpid()) + "\n";
+        if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+            const int err = errno;
+            ::close(fd);
+            throw std::runtime_error("cannot write '" + path + "': " + std::strerror(err));
+        }
+        fd_ = fd;
+    }
+
+private:
+    int fd_ = -1;
+};
 
 }  // namespace
 
@@ -281,21 +402,29 @@ public:
     TrainResult run();
 
 private:
-    void prepare_directory();
-    void prepare_data();
-    void build_model();
+    // Everything is read and checked before anything is written: a typo in a flag or a file name leaves
+    // the directory as it was, even with --force.
+    void prepare_directory();  // the run's settings (--resume: run.json, and which checkpoint to continue)
+    void prepare_data();       // the corpus read and the tokenizer trained, in memory
+    void build_model();        // the model, and with --resume its checkpoint loaded
+    void start_writing();      // only now: --force's deletions, the tokenizer, run.json, metrics.jsonl
+    void lock_directory();
+    std::string resume_checkpoint();
     void train_step(const Batch& batch);
     void log_progress(bool force_line);
     void validate();
-    void checkpoint(bool force = false);
+    void checkpoint();              // writes one unless the newest already holds this state
+    bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
     double eta_seconds() const;
     void write_metrics(const nlohmann::json& j);
-    std::string resume_checkpoint();
 
     TrainConfig c_;
     std::ostream& log_;
     bool bar_;
     std::string dir_;
+    RunLock lock_;
+    std::string resume_from_;  // --resume: the checkpoint to load ("" = start the run from step 0)
+    std::string updated_run_json_;  // --resume with ResumeChanges: run.json with them ("" = unchanged)
 
     TokenizerPair tokenizers_;
     std::unique_ptr<Batcher> batcher_;
@@ -312,16 +441,49 @@ private:
     // Accumulated since the last log line.
     double window_loss_ = 0, window_nll_ = 0, window_seconds_ = 0, last_grad_norm_ = 0, last_lr_ = 0;
     std::int64_t window_tokens_ = 0, window_steps_ = 0;
-    std::int64_t last_valid_step_ = -1, last_checkpoint_step_ = -1;
+    TrainState checkpointed_{-1};  // what the newest checkpoint holds (step −1: none yet)
     Clock::time_point last_bar_ = Clock::now();
 };
+
+// The highest step metrics.jsonl records (0 when none).
+std::int64_t last_logged_step(const std::string& path) {
+    std::ifstream in(path);
+    std::int64_t last = 0;
+    for (std::string line; std::getline(in, line);) {
+        try {
+            last = std::max(last, nlohmann::json::parse(line).at("step").get<std::int64_t>());
+        } catch (const std::exception&) {
+            // a line cut short by a crash
+        }
+    }
+    return last;
+}
+
+void Trainer::lock_directory() {
+    lock_.acquire(dir_);
+    if (const int n = remove_stale_temp_files(dir_))
+        log_ << "removed " << n << " temporary file" << (n == 1 ? "" : "s") << " left in " << dir_
+             << " by a write that was killed\n";
+}
 
 void Trainer::prepare_directory() {
     dir_ = c_.out_dir;
     std::error_code ec;
+    if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
+        throw std::runtime_error("--out '" + dir_ + "' exists and is not a directory");
     if (c_.resume) {
-        // Settings come from the run itself; the stopping rules and threads of this call extend it.
+        // Settings come from the run itself; the stopping rules, threads and the run-time settings of
+        // this call (TrainConfig::ResumeChanges) extend it.
         TrainConfig stored = load_run_config(dir_);
+        lock_directory();
+        const std::int64_t first_checkpoint = stored.checkpoint_every;
+        const TrainConfig::ResumeChanges& change = c_.resume_changes;
+        if (change.log_every) stored.log_every = *change.log_every;
+        if (change.valid_every) stored.valid_every = *change.valid_every;
+        if (change.checkpoint_every) stored.checkpoint_every = *change.checkpoint_every;
+        if (change.keep) stored.keep = *change.keep;
+        // Changed settings stay for later resumes: a plain --resume after --keep 10 must not prune to 3.
+        if (to_json(stored) != read_file((fs::path(dir_) / "run.json").string())) updated_run_json_ = to_json(stored);
         if (c_.max_steps) stored.max_steps = c_.max_steps;
         if (c_.epochs) stored.epochs = c_.epochs;
         if (c_.time_budget_minutes) stored.time_budget_minutes = c_.time_budget_minutes;
@@ -329,29 +491,69 @@ void Trainer::prepare_directory() {
         stored.check_nan = c_.check_nan;
         stored.resume = true;
         c_ = stored;
-        // A run stopped before its first checkpoint has run.json but no state.json: it starts again from
-        // step 0 with its own settings and tokenizer, which gives the run it would have been.
-        if (fs::exists(fs::path(dir_) / "state.json")) manifest_ = read_manifest(dir_);
-        fs::create_directories(fs::path(dir_) / "checkpoints", ec);
-        if (ec) throw std::runtime_error("cannot create '" + dir_ + "/checkpoints': " + ec.message());
+        if (fs::exists(fs::path(dir_) / "state.json", ec)) manifest_ = read_manifest(dir_);
+        resume_from_ = resume_checkpoint();
+        // A run stopped before its first checkpoint has run.json but no checkpoint: it starts again from
+        // step 0 with its own settings and tokenizer, which gives the run it would have been. Not when it
+        // had got past its first checkpoint: then its checkpoints are gone, and starting over would replace
+        // its model.safetensors and metrics.jsonl.
+        const std::int64_t logged = last_logged_step((fs::path(dir_) / "metrics.jsonl").string());
+        if (resume_from_.empty() && logged > first_checkpoint)
+            throw std::runtime_error("cannot resume: " + dir_ + "/metrics.jsonl records step " + std::to_string(logged) +
+                                     ", past the run's first checkpoint (step " + std::to_string(first_checkpoint) +
+                                     "), but " + dir_ + "/checkpoints holds none; put them back, or start the run over "
+                                     "with --force (without --resume)");
         return;
     }
-    if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
-        throw std::runtime_error("--out '" + dir_ + "' exists and is not a directory");
+    if (!holds_run(dir_) && !c_.force) {
+        // Not a run, but a file of the name a run writes (a user's vocab.txt or config.toml): never replaced
+        // without being asked.
+        for (const char* f : kRunFiles)
+            if (fs::exists(fs::path(dir_) / f, ec))
+                throw std::runtime_error("--out '" + dir_ + "' holds " + f + ", which this run would replace: move it "
+                                         "away, choose another --out, or give --force to replace it");
+    }
     if (holds_run(dir_)) {
         if (!c_.force)
             throw std::runtime_error("'" + dir_ + "' already holds a training run: continue it with --resume, start over with "
-                                     "--force (deletes its checkpoints), or choose another --out");
-        for (const char* f : {"run.json", "state.json", "model.safetensors", "metrics.jsonl", "config.toml"})
-            fs::remove(fs::path(dir_) / f, ec);
-        fs::remove_all(fs::path(dir_) / "checkpoints", ec);
+                                     "--force (deletes the files it wrote, once this run's inputs are read), or choose another --out");
+        lock_directory();  // a run in progress there is refused now, not after reading the data
     }
-    fs::create_directories(fs::path(dir_) / "checkpoints", ec);
-    if (ec) throw std::runtime_error("cannot create '" + dir_ + "': " + ec.message());
+}
+
+// The checkpoint --resume continues from: the newest one state.json lists that is on disk (after a damaged
+// last checkpoint was refused, the user may have deleted it); without state.json, or when it lists none
+// on disk, the newest checkpoint on disk. "" when there is none: the run stopped before its first one.
+// A damaged file is never skipped silently: loading it fails, naming it and the older one.
+std::string Trainer::resume_checkpoint() {
+    for (auto it = manifest_.kept.rbegin(); it != manifest_.kept.rend(); ++it) {
+        if (!fs::exists(fs::path(dir_) / *it)) continue;
+        if (*it != manifest_.last)
+            log_ << "the last checkpoint " << manifest_.last << " is gone; resuming from the newest kept one, " << *it
+                 << "\n";
+        manifest_.kept.erase(it.base(), manifest_.kept.end());
+        manifest_.last = manifest_.kept.back();
+        return manifest_.last;
+    }
+    const std::vector<std::string> on_disk = checkpoints_on_disk(dir_);
+    if (on_disk.empty()) {
+        if (manifest_.kept.empty()) return "";
+        throw std::runtime_error("cannot resume: none of the checkpoints listed in " + dir_ +
+                                 "/state.json is on disk; start the run over with --force (without --resume)");
+    }
+    log_ << dir_ << "/state.json "
+         << (fs::exists(fs::path(dir_) / "state.json") ? "lists no checkpoint on disk" : "is missing")
+         << "; resuming from the newest checkpoint on disk, " << on_disk.back() << "\n";
+    manifest_.kept = on_disk;
+    manifest_.last = on_disk.back();
+    return manifest_.last;
 }
 
 void Trainer::prepare_data() {
+    // Every input file is read before any work, so that a wrong name fails at once.
     const ParallelText train_text = read_parallel(c_.data.train_src, c_.data.train_tgt);
+    ParallelText valid_text;
+    if (!c_.data.valid_src.empty()) valid_text = read_parallel(c_.data.valid_src, c_.data.valid_tgt);
     if (c_.resume) {
         tokenizers_ = TokenizerPair::load(dir_);
     } else {
@@ -365,8 +567,7 @@ void Trainer::prepare_data() {
         opt.num_threads = kTokenizerThreads;
         log_ << "training a " << to_string(c_.data.tokenizer) << " tokenizer (" << (opt.joint ? "joint" : "separate")
              << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
-        tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);
-        tokenizers_.save(dir_);
+        tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);  // saved by start_writing
     }
     EncodedCorpus train = encode_parallel(train_text, tokenizers_, c_.data.max_len);
     if (train.examples.empty())
@@ -381,7 +582,6 @@ void Trainer::prepare_data() {
     batcher_ = std::make_unique<Batcher>(std::move(train.examples), bo);
 
     if (!c_.data.valid_src.empty()) {
-        ParallelText valid_text = read_parallel(c_.data.valid_src, c_.data.valid_tgt);
         valid_examples_ = encode_parallel(valid_text, tokenizers_, c_.data.max_len).examples;
         valid_src_lines_ = valid_text.source;
         valid_ref_lines_ = valid_text.target;
@@ -411,11 +611,10 @@ void Trainer::build_model() {
     c_.optim.schedule.d_model = m.d_model;
     dropout_rng_ = Rng(hash64(c_.seed, 0xD409));
 
-    if (c_.resume && manifest_.kept.empty()) {
-        truncate_metrics((fs::path(dir_) / "metrics.jsonl").string(), 0);
+    if (c_.resume && resume_from_.empty()) {
         log_ << "no checkpoint in " << dir_ << " yet (the run stopped before its first one): starting it from step 0\n";
     } else if (c_.resume) {
-        const std::string path = (fs::path(dir_) / resume_checkpoint()).string();
+        const std::string path = (fs::path(dir_) / resume_from_).string();
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
         try {
             state_ = load_training_checkpoint(path, *model_, *optimizer_);
@@ -427,41 +626,45 @@ void Trainer::build_model() {
         }
         std::tie(state_.skipped_empty, state_.filtered_long) = prev_stats;
         dropout_rng_.offset = state_.dropout_offset;
-        truncate_metrics((fs::path(dir_) / "metrics.jsonl").string(), state_.step);
-        last_checkpoint_step_ = state_.step;
+        checkpointed_ = state_;
         log_ << "resuming from " << path << " (step " << state_.step << ", epoch " << state_.epoch + 1 << ")\n";
-    } else {
-        write_file_atomic((fs::path(dir_) / "run.json").string(), to_json(c_));
-        if (!c_.resolved_config_toml.empty())
-            write_file_atomic((fs::path(dir_) / "config.toml").string(), c_.resolved_config_toml);
     }
     log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
          << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
          << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << "); " << batcher_->num_batches()
          << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads") << "; lr " << c_.optim.schedule.describe() << "\n";
-    metrics_.open((fs::path(dir_) / "metrics.jsonl").string(), std::ios::app);
-    if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl'");
 }
 
-// The checkpoint --resume continues from: the last one, or, when the user has deleted it (after a damaged
-// last checkpoint was refused), the newest kept one still on disk. A damaged file is never skipped silently.
-std::string Trainer::resume_checkpoint() {
-    for (auto it = manifest_.kept.rbegin(); it != manifest_.kept.rend(); ++it) {
-        if (!fs::exists(fs::path(dir_) / *it)) continue;
-        if (*it != manifest_.last)
-            log_ << "the last checkpoint " << manifest_.last << " is gone; resuming from the newest kept one, " << *it
-                 << "\n";
-        manifest_.kept.erase(it.base(), manifest_.kept.end());
-        manifest_.last = manifest_.kept.back();
-        return manifest_.last;
+void Trainer::start_writing() {
+    std::error_code ec;
+    if (!lock_.held()) {
+        fs::create_directories(dir_, ec);
+        if (ec) throw std::runtime_error("cannot create '" + dir_ + "': " + ec.message());
+        lock_directory();
     }
-    throw std::runtime_error("cannot resume: none of the checkpoints listed in " + dir_ +
-                             "/state.json is on disk; start the run over with --force (without --resume)");
+    if (!c_.resume) {
+        if (holds_run(dir_)) {  // with --force (prepare_directory refused it otherwise)
+            log_ << "--force: deleting the previous run's files in " << dir_ << "\n";
+            remove_run_files(dir_);
+        }
+        tokenizers_.save(dir_);
+        write_file_atomic((fs::path(dir_) / "run.json").string(), to_json(c_));
+        if (!c_.resolved_config_toml.empty())
+            write_file_atomic((fs::path(dir_) / "config.toml").string(), c_.resolved_config_toml);
+    }
+    if (!updated_run_json_.empty()) write_file_atomic((fs::path(dir_) / "run.json").string(), updated_run_json_);
+    fs::create_directories(fs::path(dir_) / "checkpoints", ec);
+    if (ec) throw std::runtime_error("cannot create '" + dir_ + "/checkpoints': " + ec.message());
+    const std::string metrics = (fs::path(dir_) / "metrics.jsonl").string();
+    if (c_.resume) truncate_metrics(metrics, state_.step);  // a resumed run continues from its checkpoint's step
+    metrics_.open(metrics, std::ios::app);
+    if (!metrics_) throw std::runtime_error("cannot write '" + metrics + "'");
 }
 
 void Trainer::write_metrics(const nlohmann::json& j) {
     metrics_ << j.dump() << "\n";
     metrics_.flush();
+    if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
 }
 
 void Trainer::train_step(const Batch& b) {
@@ -550,8 +753,8 @@ void Trainer::log_progress(bool force_line) {
 }
 
 void Trainer::validate() {
-    if (valid_examples_.empty() || last_valid_step_ == state_.step) return;
-    last_valid_step_ = state_.step;
+    if (valid_examples_.empty() || state_.valid_step == state_.step) return;
+    state_.valid_step = state_.step;
     if (bar_) log_ << "\r\033[K";
     const auto t0 = Clock::now();
     const LossReport loss = teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing);
@@ -583,17 +786,25 @@ void Trainer::validate() {
          << " (" << fmt("%.1f", std::chrono::duration<double>(Clock::now() - t0).count()) << " s)\n";
 }
 
-// force: write even when this step was already saved (the final validation may have changed the best score).
-void Trainer::checkpoint(bool force) {
-    if (last_checkpoint_step_ == state_.step && !force) return;
-    last_checkpoint_step_ = state_.step;
-    char name[64];
-    std::snprintf(name, sizeof name, "checkpoints/step-%08lld.safetensors", static_cast<long long>(state_.step));
+// Not only the step: a validation or the end of an epoch after the checkpoint at this step changes what a
+// resumed run must do, so the checkpoint is written again.
+bool Trainer::unsaved_changes() const {
+    const TrainState &now = state_, &saved = checkpointed_;
+    return now.step != saved.step || now.epoch != saved.epoch || now.batch_in_epoch != saved.batch_in_epoch ||
+           now.valid_step != saved.valid_step || now.best_step != saved.best_step;
+}
+
+void Trainer::checkpoint() {
+    if (!unsaved_changes()) return;
+    checkpointed_ = state_;
+    const std::string name = checkpoint_name(state_.step);
     save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_);
-    // Without validation data, the weights to use are the last ones.
-    if (valid_examples_.empty()) save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
+    // Until a validation has chosen the best weights (and always without validation data), the weights to
+    // use are the last ones: a run killed before its first validation still leaves a usable model.
+    if (valid_examples_.empty() || state_.best_step < 0)
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
     manifest_.last = name;
-    manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), std::string(name)), manifest_.kept.end());
+    manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), name), manifest_.kept.end());
     manifest_.kept.push_back(name);
     std::vector<std::string> dropped;
     while (static_cast<int>(manifest_.kept.size()) > c_.keep) {
@@ -603,6 +814,10 @@ void Trainer::checkpoint(bool force) {
     write_manifest(dir_, manifest_, state_);  // only now is the new checkpoint the one to resume from
     std::error_code ec;
     for (const auto& f : dropped) fs::remove(fs::path(dir_) / f, ec);
+    // Older checkpoints that a kill between state.json and the pruning above left behind.
+    const std::int64_t oldest_kept = checkpoint_step(manifest_.kept.front());
+    for (const std::string& f : checkpoints_on_disk(dir_))
+        if (checkpoint_step(f) < oldest_kept) fs::remove(fs::path(dir_) / f, ec);
 }
 
 TrainResult Trainer::run() {
@@ -610,6 +825,8 @@ TrainResult Trainer::run() {
     prepare_directory();
     prepare_data();
     build_model();
+    start_writing();
+    const std::int64_t first_step = state_.step;
     SignalScope signals;
 
     auto stop_reason = [&]() -> std::string {
@@ -619,6 +836,14 @@ TrainResult Trainer::run() {
         if (c_.epochs && state_.epoch >= c_.epochs) return "epochs";
         return "";
     };
+    auto end_epoch = [&]() {
+        ++state_.epoch;
+        state_.batch_in_epoch = 0;
+        if (c_.valid_every == 0) validate();
+    };
+    // A checkpoint at an epoch's last batch was saved before the epoch ended: a resumed run ends it first,
+    // as the run did, whatever its stopping rule says.
+    if (state_.batch_in_epoch >= batcher_->num_batches()) end_epoch();
     std::string reason = stop_reason();
     while (reason.empty()) {
         const auto plan = batcher_->epoch_plan(state_.epoch);
@@ -631,25 +856,23 @@ TrainResult Trainer::run() {
             reason = stop_reason();
         }
         if (state_.batch_in_epoch >= static_cast<std::int64_t>(plan.size())) {
-            ++state_.epoch;
-            state_.batch_in_epoch = 0;
-            if (c_.valid_every == 0) validate();
+            end_epoch();
             if (reason.empty()) reason = stop_reason();
         }
     }
     log_progress(true);
     result_.interrupted = reason == "interrupted";
-    if (state_.step == last_checkpoint_step_ && c_.resume && !result_.interrupted) {
-        // Resumed a run that had already reached its stopping rule: nothing to train, nothing to rewrite.
+    // The run ends with a validation of its last weights (unless interrupted: the resumed run owes it).
+    if (!result_.interrupted) validate();
+    if (c_.resume && state_.step == first_step && !unsaved_changes()) {
+        // Resumed a run that had already reached its stopping rule and validated: nothing to rewrite.
         log_ << "the run in " << dir_ << " already reached its stopping rule at step " << state_.step
              << "; extend it with --max-steps, --epochs or --time-budget\n";
         result_.steps = state_.step;
         result_.stop_reason = reason;
         return result_;
     }
-    const std::int64_t valid_step = last_valid_step_;
-    if (!result_.interrupted) validate();
-    checkpoint(/*force=*/last_valid_step_ != valid_step);
+    checkpoint();
     result_.steps = state_.step;
     result_.train_seconds = state_.train_seconds;
     result_.stop_reason = reason;
