@@ -388,3 +388,30 @@ TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps
     CHECK_THROWS_WITH(tf::prune_heads(*bundle.model, bundle.tokenizers, src, {}, examples, src, ref, opt),
                       Catch::Contains("30 source lines but 0"));
 }
+
+TEST_CASE("heads: translate --mask-heads gives the translations of the masked model; a bad spec is one line",
+          "[heads][cli]") {
+    TempDir tmp;
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    const std::string cli = shell_quote(TF_CLI) + " --threads 1 ";
+    const std::string model_dir = tmp / "model";
+    const std::string train = cli + "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " +
+                              shell_quote(toy + "valid.tgt") + " --tokenizer word --vocab-size 0 --d-model 16 --heads 2" +
+                              " --ffn 32 --layers 1 --max-steps 20 --out " + shell_quote(model_dir) + " >/dev/null 2>&1";
+    REQUIRE(std::system(train.c_str()) == 0);
+    const auto all = split_lines(read_all(toy + "test.src"));
+    const std::vector<std::string> src(all.begin(), all.begin() + 20);
+    write_all(tmp / "in", join_lines(src));
+    auto translate = [&](const std::string& flags) {
+        const std::string cmd = cli + "translate --model " + shell_quote(model_dir) + flags + " <" + shell_quote(tmp / "in") +
+                                " >" + shell_quote(tmp / "out") + " 2>" + shell_quote(tmp / "err");
+        return std::system(cmd.c_str()) == 0 ? split_lines(read_all(tmp / "out")) : std::vector<std::string>{"failed"};
+    };
+    tf::ModelBundle bundle = tf::load_model_dir(model_dir);
+    tf::mask_heads(*bundle.model, tf::parse_head_list("A:0:0,E:0:1", bundle.model->config));
+    const auto masked = tf::translate_lines(*bundle.model, bundle.tokenizers, src, tf::DecodeOptions{});
+    CHECK(translate(" --mask-heads A:0:0,E:0:1") == masked);
+    CHECK(translate(" --mask-heads A:0:7") == std::vector<std::string>{"failed"});
+    CHECK(split_lines(read_all(tmp / "err")).size() == 1);
+    CHECK_THAT(read_all(tmp / "err"), Catch::Contains("heads 0..1"));
+}

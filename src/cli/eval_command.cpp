@@ -7,6 +7,7 @@
 
 #include "tapeformer/checkpoint.h"
 #include "tapeformer/cli/commands.h"
+#include "tapeformer/heads.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/evaluate.h"
 #include "tapeformer/io.h"
@@ -17,6 +18,7 @@ namespace {
 
 struct EvalOptions {
     std::string model_dir;
+    std::string mask_heads;  // "E:0:1,A:2:3": these heads' gates set to 0
     std::string src, ref;
     std::string output_hyp;  // empty: hypotheses are not written
     DecodeOptions decode;
@@ -66,6 +68,9 @@ void add_eval_command(CLI::App& app) {
         "defaults) and the teacher-forced loss, NLL and perplexity of the references (dropout off).\n"
         "Line pairs with an empty source or reference are left out of the scores.");
     cmd->add_option("--model", opt->model_dir, "Model directory written by `tapeformer train`")->required();
+    cmd->add_option("--mask-heads", opt->mask_heads,
+                    "Attention heads to switch off (gate 0), as KIND:layer:head, 0-based, comma-separated; KIND is E\n"
+                    "(encoder self-attention), D (decoder self-attention) or A (cross-attention), e.g. E:0:1,A:2:3");
     cmd->add_option("--src", opt->src, "Source sentences, one per line")->required()->check(CLI::ExistingFile);
     cmd->add_option("--ref", opt->ref, "Reference translations, one per line, aligned with --src")
         ->required()
@@ -98,6 +103,7 @@ void add_eval_command(CLI::App& app) {
             throw std::runtime_error("--src '" + opt->src + "' and --ref '" + opt->ref +
                                      "' hold no line pair with both sides non-empty: nothing to score");
         ModelBundle bundle = load_model_dir(opt->model_dir);
+        if (!opt->mask_heads.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask_heads, bundle.model->config));
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         const EvalReport report = evaluate(*bundle.model, bundle.tokenizers, src, ref, opt->decode,
                                            opt->label_smoothing, opt->batch_tokens, terminal_progress("translating"));

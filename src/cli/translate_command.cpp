@@ -11,6 +11,7 @@
 
 #include "tapeformer/checkpoint.h"
 #include "tapeformer/cli/commands.h"
+#include "tapeformer/heads.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/evaluate.h"
 #include "tapeformer/io.h"
@@ -21,6 +22,7 @@ namespace {
 
 struct TranslateOptions {
     std::string model_dir;
+    std::string mask_heads;  // "E:0:1,A:2:3": these heads' gates set to 0
     std::string input;   // empty: standard input
     std::string output;  // empty: standard output
     DecodeOptions decode;
@@ -108,6 +110,9 @@ void add_translate_command(CLI::App& app) {
         "Translate text with a trained model: one sentence per input line, one translation per output line\n"
         "(same count and order; an empty line gives an empty line).");
     cmd->add_option("--model", opt->model_dir, "Model directory written by `tapeformer train`")->required();
+    cmd->add_option("--mask-heads", opt->mask_heads,
+                    "Attention heads to switch off (gate 0), as KIND:layer:head, 0-based, comma-separated; KIND is E\n"
+                    "(encoder self-attention), D (decoder self-attention) or A (cross-attention), e.g. E:0:1,A:2:3");
     cmd->add_option("--input", opt->input, "File to translate (default: standard input)")->check(CLI::ExistingFile);
     cmd->add_option("--output", opt->output,
                     "File to write the translations to, replaced only once all are done "
@@ -117,6 +122,7 @@ void add_translate_command(CLI::App& app) {
         if (!opt->output.empty()) check_output_path(opt->output, "--output");
         // The model first: a wrong --model should fail at once, not after the user has typed the input.
         ModelBundle bundle = load_model_dir(opt->model_dir);
+        if (!opt->mask_heads.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask_heads, bundle.model->config));
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         const std::vector<std::string> lines =
             opt->input.empty() ? read_lines(std::cin, "standard input") : read_lines(opt->input);
