@@ -1,0 +1,54 @@
+// Attention maps of one sentence pair: every head's weights in every attention, with the tokens they are
+// between, as JSON (bertviz's layout), one SVG heatmap per layer × head, and a self-contained HTML page.
+//
+// bertviz (head_view / model_view) takes a list with one (1, H, Tq, Tk) tensor per layer; from the JSON:
+//   import json, torch; d = json.load(open("attention.json"))
+//   to_bertviz = lambda maps: [torch.tensor(layer)[None] for layer in maps]
+//   model_view(encoder_attention=to_bertviz(d["encoder_self"]), decoder_attention=to_bertviz(d["decoder_self"]),
+//              cross_attention=to_bertviz(d["cross"]), encoder_tokens=d["tokens"]["src"],
+//              decoder_tokens=d["tokens"]["tgt_in"])
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/decode.h"
+#include "tapeformer/nn/transformer.h"
+
+TF_NAMESPACE_BEGIN
+
+using AttentionMatrix = std::vector<std::vector<double>>;  // [query][key], each row sums to 1
+
+struct AttentionMaps {
+    std::vector<std::string> src;      // source pieces + "</s>": the keys of E and A, the queries of E
+    std::vector<std::string> tgt_in;   // "<s>" + target pieces: the queries of D and A, the keys of D
+    std::vector<std::string> tgt_out;  // target pieces + "</s>": what each decoder position predicts
+    bool decoded = false;              // the target came from greedy decoding (no --tgt)
+    std::vector<std::vector<AttentionMatrix>> encoder_self, decoder_self, cross;  // [layer][head]
+};
+
+// One teacher-forced pass (dropout off) of `src` and `tgt`; with tgt == nullptr the target is first
+// decoded greedily with `decode`. Throws std::invalid_argument for an empty sentence or one longer than
+// the model's positions.
+AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers, const std::string& src,
+                             const std::string* tgt, const DecodeOptions& decode = {});
+
+std::string attention_json(const AttentionMaps& maps);  // {"tokens": {src, tgt_in, tgt_out}, "encoder_self": ...}
+
+// One heatmap: rows are queries, columns keys, darker = more weight; labels escaped for XML.
+std::string attention_svg(const AttentionMatrix& weights, const std::vector<std::string>& queries,
+                          const std::vector<std::string>& keys, const std::string& title);
+
+// Which layers and heads the page and the SVG files show (empty: all).
+struct MapFilter {
+    std::vector<int> layers, heads;
+    bool shows(int layer, int head) const;
+};
+
+// A page with every selected heatmap, grouped by attention and layer: inline SVG and CSS, nothing fetched.
+std::string attention_html(const AttentionMaps& maps, const MapFilter& filter, const std::string& title);
+
+// (file name, SVG) for every selected heatmap: "E-layer0-head1.svg", "D-...", "A-...".
+std::vector<std::pair<std::string, std::string>> attention_svg_files(const AttentionMaps& maps, const MapFilter& filter);
+
+TF_NAMESPACE_END

@@ -1,0 +1,97 @@
+// tapeformer attention (attention_maps.h): the maps are the model's weights (rows sum to 1, the causal
+// mask leaves the future at exactly 0), the tokens label them, the page and the SVG files hold one heatmap
+// per selected head and fetch nothing, and bad input is one line.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tapeformer/attention_maps.h"
+#include "tapeformer/checkpoint.h"
+#include "helpers.h"
+
+using namespace tf_test;
+
+namespace {
+
+// A model trained for a few steps on the toy corpus, in a temp dir, once for this file.
+const std::string& toy_model() {
+    static TempDir dir("attention");
+    static const std::string model = [] {
+        const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+        const std::string m = dir / "model";
+        const std::string cmd = shell_quote(TF_CLI) + " --threads 1 train --train-src " + shell_quote(toy + "valid.src") +
+                                " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                                " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --enc-layers 2" +
+                                " --dec-layers 1 --max-steps 5 --out " + shell_quote(m) + " >/dev/null 2>&1";
+        if (std::system(cmd.c_str()) != 0) throw std::runtime_error("training the test model failed");
+        return m;
+    }();
+    return model;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("attention maps: shapes follow the tokens, rows sum to 1, the decoder never looks ahead", "[attention_maps]") {
+    tf::ModelBundle bundle = tf::load_model_dir(toy_model());
+    const std::string tgt = "lo karo videt .";
+    const tf::AttentionMaps m = tf::attention_maps(*bundle.model, bundle.tokenizers, "the dog sees .", &tgt);
+    CHECK(m.src == std::vector<std::string>{"the", "dog", "sees", ".", "</s>"});
+    CHECK(m.tgt_in.front() == "<s>");
+    CHECK(m.tgt_out.back() == "</s>");
+    REQUIRE(m.encoder_self.size() == 2);
+    REQUIRE(m.decoder_self.size() == 1);
+    REQUIRE(m.cross.size() == 1);
+    const std::size_t S = m.src.size(), T = m.tgt_in.size();
+    for (const auto* maps : {&m.encoder_self, &m.decoder_self, &m.cross})
+        for (const auto& layer : *maps) {
+            REQUIRE(layer.size() == 2);
+            for (const auto& head : layer)
+                for (const auto& row : head) {
+                    double sum = 0;
+                    for (double w : row) sum += w;
+                    CHECK(sum == Approx(1.0).epsilon(1e-5));
+                }
+        }
+    CHECK(m.encoder_self[0][0].size() == S);
+    CHECK(m.cross[0][1].size() == T);
+    CHECK(m.cross[0][1][0].size() == S);
+    for (std::size_t q = 0; q < T; ++q)
+        for (std::size_t k = q + 1; k < T; ++k) CHECK(m.decoder_self[0][1][q][k] == 0.0);
+    const auto j = nlohmann::json::parse(tf::attention_json(m));
+    CHECK(j.at("tokens").at("src").size() == S);
+    CHECK(j.at("encoder_self")[1][0][2][3].get<double>() == m.encoder_self[1][0][2][3]);
+}
+
+TEST_CASE("attention maps: the command writes the page and one SVG per selected head; nothing is fetched",
+          "[attention_maps][cli]") {
+    TempDir tmp;
+    const std::string cmd = shell_quote(TF_CLI) + " --threads 1 attention --model " + shell_quote(toy_model()) +
+                            " --src 'the dog sees a cat .' --html " + shell_quote(tmp / "a.html") + " --svg-dir " +
+                            shell_quote(tmp / "svg") + " --json " + shell_quote(tmp / "a.json") + " --heads 1 2>" +
+                            shell_quote(tmp / "err");
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const std::string html = read_all(tmp / "a.html");
+    CHECK(count(html, "<svg ") == 4);  // head 1 of E:0, E:1, D:0 and A:0
+    CHECK(count(html, "http") == count(html, "http://www.w3.org/2000/svg"));  // no other address: nothing to fetch
+    CHECK(count(html, "<script") == 0);
+    CHECK(std::filesystem::exists(tmp / "svg/E-layer1-head1.svg"));
+    CHECK_FALSE(std::filesystem::exists(tmp / "svg/E-layer1-head0.svg"));
+    CHECK(nlohmann::json::parse(read_all(tmp / "a.json")).at("target_decoded") == true);
+    CHECK_THAT(read_all(tmp / "err"), Catch::Contains("greedy translation:"));
+
+    for (const std::string bad : {" --src ''", " --src 'a dog .' --heads 5"}) {
+        const std::string run = shell_quote(TF_CLI) + " attention --model " + shell_quote(toy_model()) + bad + " >/dev/null 2>" +
+                                shell_quote(tmp / "err");
+        CHECK(std::system(run.c_str()) != 0);
+        CHECK(split_lines(read_all(tmp / "err")).size() == 1);
+    }
+}
