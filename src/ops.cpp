@@ -11,19 +11,16 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
+#include "tapeformer/error.h"
+#include "tapeformer/parallel.h"
 
 TF_NAMESPACE_BEGIN
 
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& msg) { throw std::invalid_argument(std::string(op) + ": " + msg); }
-
 void require_defined(const char* op, const Tensor& t, const char* what) {
     if (!t.defined()) fail(op, std::string(what) + " is an undefined tensor");
 }
-
-// Only parallelise loops with enough work to pay for waking the threads.
-constexpr std::int64_t kParallelGrain = 1 << 14;
 
 // e^x as plain arithmetic, so that loops calling it vectorise (std::exp is a libm call, which GCC only
 // vectorises under -ffast-math). float: x = n·ln2 + r with |r| ≤ ln2/2, e^r from the degree-6 polynomial of
