@@ -1,6 +1,7 @@
 // Optimizers and gradient checks: three-step trajectories against the update formulas evaluated in double
 // (each reproduced by torch.optim 1.13 in float64 to the last digit: tests/golden/make_optim_trajectories.py
-// --check), convergence on a quadratic through the tape, tied parameters, clipping, non-finite detection and state round trips.
+// --check), convergence on a quadratic through the tape, tied parameters, clipping, non-finite detection
+// and state round trips.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -71,7 +71,7 @@ void check_matmul(OpChecks& c) {
             {c.rnd({3, 4, 3}), c.rnd({3, 5, 4})});
     c.check("matmul alpha (A B^T, 2-D)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.125)); },
             {c.rnd({3, 4}), c.rnd({5, 4})});
-    // Large batched products run one after another, each split by rows (gemm_rows).
+    // Large batched products run one after another, each split into tiles by gemm (blas.cpp).
     c.check_sampled("matmul batched large (BLAS per product)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.5)); },
                     {c.rnd({2, 40, 80}), c.rnd({2, 90, 80})});
 }
