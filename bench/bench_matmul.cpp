@@ -64,7 +64,7 @@ Gemms gemms_of(const Case& c) {
     const bool shared_b = c.b.rank == 2 && c.a.rank > 2;
     if (shared_b) {
         g.batch = 1;
-        g.M = c.a.rows();
+        g.M = c.a.leading();
         g.K = c.a.last();
     } else {
         g.batch = c.a.numel() / (c.a[-1] * c.a[-2]);

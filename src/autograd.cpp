@@ -24,7 +24,7 @@ Tensor record(const char* op, Tensor out, std::vector<Tensor> in, BackwardFn bac
     return out;
 }
 
-void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape) {
+void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape, const RecordHook& after_record) {
     if (static_cast<std::int64_t>(upstream.size()) != out.numel())
         throw std::invalid_argument("backward: upstream gradient has " + std::to_string(upstream.size()) +
                                     " values, output " + out.shape().str() + " has " + std::to_string(out.numel()));
@@ -40,17 +40,20 @@ void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape) {
     auto& records = tape().records();
     for (auto it = records.rbegin(); it != records.rend(); ++it) {
         TapeRecord& r = const_cast<TapeRecord&>(*it);
-        if (r.backward && r.out.has_grad()) r.backward(r.out, r.in);
+        if (r.backward && r.out.has_grad()) {
+            r.backward(r.out, r.in);
+            if (after_record) after_record(r);
+        }
         if (!keep_tape) r = TapeRecord{r.op, Tensor(), {}, nullptr};
     }
     if (!keep_tape) tape().clear();
 }
 
-void backward(Tensor& loss, bool keep_tape) {
+void backward(Tensor& loss, bool keep_tape, const RecordHook& after_record) {
     if (loss.numel() != 1)
         throw std::invalid_argument("backward: the loss must be a single value, got shape " + loss.shape().str() +
                                     " (pass an upstream gradient for other outputs)");
-    backward(loss, std::vector<real>{real(1)}, keep_tape);
+    backward(loss, std::vector<real>{real(1)}, keep_tape, after_record);
 }
 
 TF_NAMESPACE_END

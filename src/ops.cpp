@@ -11,19 +11,16 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
+#include "tapeformer/error.h"
+#include "tapeformer/parallel.h"
 
 TF_NAMESPACE_BEGIN
 
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& msg) { throw std::invalid_argument(std::string(op) + ": " + msg); }
-
 void require_defined(const char* op, const Tensor& t, const char* what) {
     if (!t.defined()) fail(op, std::string(what) + " is an undefined tensor");
 }
-
-// Only parallelise loops with enough work to pay for waking the threads.
-constexpr std::int64_t kParallelGrain = 1 << 14;
 
 // e^x as plain arithmetic, so that loops calling it vectorise (std::exp is a libm call, which GCC only
 // vectorises under -ffast-math). float: x = n·ln2 + r with |r| ≤ ln2/2, e^r from the degree-6 polynomial of
@@ -306,7 +303,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     if (d.shared_b) {
         if (ta) fail("matmul", "a transposed batched operand cannot share a 2-D second operand: " + shapes);
         d.batch = 1;
-        d.M = a.shape().rows();
+        d.M = a.shape().leading();
         d.K = a.shape().last();
     } else {
         if (a.rank() != b.rank()) fail("matmul", "operands need the same number of axes (or a 2-D second one): " + shapes);
@@ -374,7 +371,7 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                (bias.defined() ? " and bias " + bias.shape().str() : "");
     if (x.rank() < 1 || weight.rank() != 2 || x.shape().last() != weight.size(1))
         fail("affine", "needs x (..., in) and weight (out, in): got " + shapes);
-    const std::int64_t N = x.shape().rows(), in_f = weight.size(1), out_f = weight.size(0);
+    const std::int64_t N = x.shape().leading(), in_f = weight.size(1), out_f = weight.size(0);
     if (bias.defined() && bias.shape() != Shape{out_f}) fail("affine", "bias must be (out): got " + shapes);
     Shape out_shape = x.shape();
     out_shape[-1] = out_f;
@@ -483,7 +480,7 @@ Tensor concat_last(const std::vector<Tensor>& parts) {
     }
     out_shape[-1] = width;
     Tensor out = Tensor::empty(out_shape);
-    const std::int64_t rows = out_shape.rows();
+    const std::int64_t rows = out_shape.leading();
     std::int64_t col = 0;
     std::vector<std::int64_t> offsets;
     for (const Tensor& p : parts) {
@@ -519,7 +516,7 @@ Tensor slice_last(const Tensor& a, std::int64_t begin, std::int64_t end) {
         fail("slice_last", "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") is not inside the last axis of " +
                                a.shape().str());
     Shape out_shape = a.shape();
-    const std::int64_t w = end - begin, rows = out_shape.rows();
+    const std::int64_t w = end - begin, rows = out_shape.leading();
     out_shape[-1] = w;
     Tensor out = Tensor::empty(out_shape);
     const real* x = a.data();
@@ -662,7 +659,7 @@ Tensor gelu(const Tensor& a) {
 Tensor softmax(const Tensor& a, const Tensor& mask) {
     require_defined("softmax", a, "input");
     if (a.rank() == 0) fail("softmax", "needs at least one axis");
-    const std::int64_t N = a.shape().last(), rows = a.shape().rows();
+    const std::int64_t N = a.shape().last(), rows = a.shape().leading();
     // The mask's offset for each row of `a`: broadcast over the leading axes.
     std::int64_t mstride[4] = {0, 0, 0, 0}, n[4] = {1, 1, 1, 1}, mlast = 0;
     if (mask.defined()) {
@@ -716,7 +713,7 @@ Tensor softmax(const Tensor& a, const Tensor& mask) {
 Tensor log_softmax(const Tensor& a) {
     require_defined("log_softmax", a, "input");
     if (a.rank() == 0) fail("log_softmax", "needs at least one axis");
-    const std::int64_t N = a.shape().last(), rows = a.shape().rows();
+    const std::int64_t N = a.shape().last(), rows = a.shape().leading();
     Tensor out = Tensor::empty(a.shape());
     const real* x = a.data();
     real* y = out.data();
@@ -757,7 +754,7 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
     require_defined(op, beta, "beta");
     if (x.rank() == 0) fail(op, "needs at least one axis");
     if (r && r->shape() != x.shape()) fail(op, "input " + x.shape().str() + " and residual " + r->shape().str() + " differ");
-    const std::int64_t C = x.shape().last(), N = x.shape().rows();
+    const std::int64_t C = x.shape().last(), N = x.shape().leading();
     if (gamma.shape() != Shape{C} || beta.shape() != Shape{C})
         fail(op, "input " + x.shape().str() + " needs gamma and beta of shape (" + std::to_string(C) + "), got " +
                      gamma.shape().str() + " and " + beta.shape().str());

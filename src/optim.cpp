@@ -8,16 +8,12 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "tapeformer/error.h"
+#include "tapeformer/parallel.h"
+
 TF_NAMESPACE_BEGIN
 
 namespace {
-
-// Only parallelise loops with enough work to pay for waking the threads.
-constexpr std::int64_t kParallelGrain = 1 << 14;
-
-[[noreturn]] void fail(const char* who, const std::string& msg) {
-    throw std::invalid_argument(std::string(who) + ": " + msg);
-}
 
 void check_lr(const char* who, double lr) {
     if (!(lr >= 0) || !std::isfinite(lr)) fail(who, "learning rate must be finite and >= 0, got " + std::to_string(lr));
@@ -32,12 +28,8 @@ void check_option(const char* who, const char* name, double value, double lo, do
 // The parameters whose gradient buffer exists, each storage once.
 std::vector<Tensor> unique_with_grad(const ParamList& params) {
     std::vector<Tensor> out;
-    for (const NamedTensor& p : params) {
-        if (!p.tensor.defined() || !p.tensor.has_grad()) continue;
-        bool seen = false;
-        for (const Tensor& t : out) seen = seen || t.same_storage(p.tensor);
-        if (!seen) out.push_back(p.tensor);
-    }
+    for (const NamedTensor& p : unique_parameters(params))
+        if (p.tensor.has_grad()) out.push_back(p.tensor);
     return out;
 }
 
@@ -336,13 +328,8 @@ double clip_grad_norm(const ParamList& params, double max_norm) {
 }
 
 std::optional<std::string> first_nonfinite_grad(const ParamList& params) {
-    std::vector<Tensor> checked;
-    for (const NamedTensor& p : params) {
-        if (!p.tensor.defined() || !p.tensor.has_grad()) continue;
-        bool seen = false;
-        for (const Tensor& t : checked) seen = seen || t.same_storage(p.tensor);
-        if (seen) continue;
-        checked.push_back(p.tensor);
+    for (const NamedTensor& p : unique_parameters(params)) {
+        if (!p.tensor.has_grad()) continue;
         const real* g = p.tensor.grad();
         const std::int64_t n = p.tensor.numel();
         bool bad = false;

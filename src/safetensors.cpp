@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tapeformer/error.h"
 #include "tapeformer/io.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -56,10 +57,6 @@ std::string range_str(std::uint64_t begin, std::uint64_t end) {
 std::string brief(const json& v) {
     std::string s = v.dump();
     return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
-
-[[noreturn]] void fail(const std::string& file, const std::string& what) {
-    throw std::runtime_error(file + ": " + what);
 }
 
 std::string checksum_str(std::uint32_t crc) {
@@ -148,45 +145,45 @@ bool as_extent(const json& v, std::uint64_t& out) {
 
 RawEntry check_entry(const std::string& file, const std::string& name, const json& v, std::uint64_t buffer_size) {
     const std::string t = "tensor '" + name + "'";
-    if (!v.is_object()) fail(file, t + " is described by " + brief(v) + ", not by an object");
+    if (!v.is_object()) fail<std::runtime_error>(file, t + " is described by " + brief(v) + ", not by an object");
     RawEntry e;
     e.name = name;
 
     auto dtype = v.find("dtype");
-    if (dtype == v.end()) fail(file, t + " has no dtype");
-    if (!dtype->is_string()) fail(file, t + " has dtype " + brief(*dtype) + ", not a string");
+    if (dtype == v.end()) fail<std::runtime_error>(file, t + " has no dtype");
+    if (!dtype->is_string()) fail<std::runtime_error>(file, t + " has dtype " + brief(*dtype) + ", not a string");
     e.dtype = dtype->get<std::string>();
     const int size = dtype_size(e.dtype);
-    if (size == 0) fail(file, t + " has unknown dtype '" + e.dtype + "'");
+    if (size == 0) fail<std::runtime_error>(file, t + " has unknown dtype '" + e.dtype + "'");
 
     auto shape = v.find("shape");
-    if (shape == v.end()) fail(file, t + " has no shape");
-    if (!shape->is_array()) fail(file, t + " has shape " + brief(*shape) + ", not a list of extents");
+    if (shape == v.end()) fail<std::runtime_error>(file, t + " has no shape");
+    if (!shape->is_array()) fail<std::runtime_error>(file, t + " has shape " + brief(*shape) + ", not a list of extents");
     // numel and byte count with overflow checks: a hostile shape must not wrap around to a small size.
     std::uint64_t numel = 1;
     bool overflow = false;
     for (const json& d : *shape) {
         std::uint64_t x;
-        if (!as_extent(d, x)) fail(file, t + " has shape " + brief(*shape) + ", not a list of non-negative integers");
+        if (!as_extent(d, x)) fail<std::runtime_error>(file, t + " has shape " + brief(*shape) + ", not a list of non-negative integers");
         e.shape.push_back(static_cast<std::int64_t>(x));
         if (x != 0 && numel > std::numeric_limits<std::uint64_t>::max() / x) overflow = true;
         numel *= x;
     }
     if (overflow || numel > std::numeric_limits<std::uint64_t>::max() / size)
-        fail(file, t + " has shape " + shape_str(e.shape) + ", too large for any file");
+        fail<std::runtime_error>(file, t + " has shape " + shape_str(e.shape) + ", too large for any file");
     const std::uint64_t nbytes = numel * static_cast<std::uint64_t>(size);
 
     auto offsets = v.find("data_offsets");
-    if (offsets == v.end()) fail(file, t + " has no data_offsets");
+    if (offsets == v.end()) fail<std::runtime_error>(file, t + " has no data_offsets");
     if (!offsets->is_array() || offsets->size() != 2 || !as_extent((*offsets)[0], e.begin) ||
         !as_extent((*offsets)[1], e.end))
-        fail(file, t + " has data_offsets " + brief(*offsets) + ", not [begin, end] in bytes");
-    if (e.end < e.begin) fail(file, t + " has data_offsets " + range_str(e.begin, e.end) + " that end before they begin");
+        fail<std::runtime_error>(file, t + " has data_offsets " + brief(*offsets) + ", not [begin, end] in bytes");
+    if (e.end < e.begin) fail<std::runtime_error>(file, t + " has data_offsets " + range_str(e.begin, e.end) + " that end before they begin");
     if (e.end > buffer_size)
-        fail(file, t + " has data_offsets " + range_str(e.begin, e.end) + " outside the data buffer of " +
+        fail<std::runtime_error>(file, t + " has data_offsets " + range_str(e.begin, e.end) + " outside the data buffer of " +
                        std::to_string(buffer_size) + " bytes");
     if (e.end - e.begin != nbytes)
-        fail(file, t + " has " + std::to_string(e.end - e.begin) + " bytes of data but shape " + shape_str(e.shape) +
+        fail<std::runtime_error>(file, t + " has " + std::to_string(e.end - e.begin) + " bytes of data but shape " + shape_str(e.shape) +
                        " of " + e.dtype + " needs " + std::to_string(nbytes));
     return e;
 }
@@ -223,10 +220,10 @@ json parse_header(const std::string& file, std::string_view text) {
     try {
         return json::parse(text.begin(), text.end(), on_event);
     } catch (const json::exception& e) {
-        fail(file, std::string("header is not valid JSON: ") + e.what());
+        fail<std::runtime_error>(file, std::string("header is not valid JSON: ") + e.what());
     } catch (const std::runtime_error&) {
         if (problem.empty()) throw;
-        fail(file, problem);
+        fail<std::runtime_error>(file, problem);
     }
 }
 
@@ -299,21 +296,21 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& name) {
     // 1. The header size, and the three parts of the file it defines.
     if (bytes.size() < 8)
-        fail(name, "file is " + std::to_string(bytes.size()) + " bytes, too short for the 8-byte header size");
+        fail<std::runtime_error>(name, "file is " + std::to_string(bytes.size()) + " bytes, too short for the 8-byte header size");
     std::uint64_t n = 0;
     for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
     const std::uint64_t rest = bytes.size() - 8;
     if (n > rest)
-        fail(name, "header size " + std::to_string(n) + " is larger than the " + std::to_string(rest) +
+        fail<std::runtime_error>(name, "header size " + std::to_string(n) + " is larger than the " + std::to_string(rest) +
                        " bytes that follow it (truncated file or corrupted size?)");
     if (n > kMaxHeaderSize)
-        fail(name, "header size " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeaderSize));
+        fail<std::runtime_error>(name, "header size " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeaderSize));
     const std::string_view text = bytes.substr(8, n);
     const std::string_view buffer = bytes.substr(8 + n);
 
     // 2. The header: metadata strings and one checked entry per tensor.
     const json header = parse_header(name, text);
-    if (!header.is_object()) fail(name, "header is " + brief(header) + ", not a JSON object");
+    if (!header.is_object()) fail<std::runtime_error>(name, "header is " + brief(header) + ", not a JSON object");
     SafetensorsFile file;
     file.path = name;
     std::vector<RawEntry> entries;
@@ -322,10 +319,10 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& nam
             entries.push_back(check_entry(name, it.key(), it.value(), buffer.size()));
             continue;
         }
-        if (!it.value().is_object()) fail(name, "__metadata__ is " + brief(it.value()) + ", not an object");
+        if (!it.value().is_object()) fail<std::runtime_error>(name, "__metadata__ is " + brief(it.value()) + ", not an object");
         for (auto m = it.value().begin(); m != it.value().end(); ++m) {
             if (!m.value().is_string())
-                fail(name, "__metadata__ value of '" + m.key() + "' is " + brief(m.value()) + ", not a string");
+                fail<std::runtime_error>(name, "__metadata__ value of '" + m.key() + "' is " + brief(m.value()) + ", not a string");
             file.metadata[m.key()] = m.value().get<std::string>();
         }
     }
@@ -337,15 +334,15 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& nam
     for (std::size_t i = 0; i < entries.size(); ++i) {
         const RawEntry& e = entries[i];
         if (e.begin < pos)
-            fail(name, "tensors '" + entries[i - 1].name + "' " + range_str(entries[i - 1].begin, entries[i - 1].end) +
+            fail<std::runtime_error>(name, "tensors '" + entries[i - 1].name + "' " + range_str(entries[i - 1].begin, entries[i - 1].end) +
                            " and '" + e.name + "' " + range_str(e.begin, e.end) + " overlap");
         if (e.begin > pos)
-            fail(name, "bytes " + range_str(pos, e.begin) + " of the data buffer, before tensor '" + e.name +
+            fail<std::runtime_error>(name, "bytes " + range_str(pos, e.begin) + " of the data buffer, before tensor '" + e.name +
                            "', belong to no tensor");
         pos = e.end;
     }
     if (pos != buffer.size())
-        fail(name, std::to_string(buffer.size() - pos) + " bytes of trailing data after the last tensor");
+        fail<std::runtime_error>(name, std::to_string(buffer.size() - pos) + " bytes of trailing data after the last tensor");
 
     // 4. The checksum, when the file carries one.
     auto checksum = file.metadata.find(kSafetensorsChecksumKey);
@@ -353,8 +350,8 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& nam
         const std::string& stored = checksum->second;
         if (stored.size() != 15 || stored.compare(0, 7, "crc32c:") != 0 ||
             stored.find_first_not_of("0123456789abcdef", 7) != std::string::npos)
-            fail(name, std::string(kSafetensorsChecksumKey) + " is '" + stored + "', not crc32c:<8 hex digits>");
-        if (checksum_str(crc32c(buffer)) != stored) fail(name, "checksum mismatch (file corrupted?)");
+            fail<std::runtime_error>(name, std::string(kSafetensorsChecksumKey) + " is '" + stored + "', not crc32c:<8 hex digits>");
+        if (checksum_str(crc32c(buffer)) != stored) fail<std::runtime_error>(name, "checksum mismatch (file corrupted?)");
     }
 
     // 5. The values, converted to real.
@@ -364,7 +361,7 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& nam
         out.shape = e.shape;
         out.values.resize(static_cast<std::size_t>(out.numel()));
         if (!decode(e.dtype, buffer.data() + e.begin, out.numel(), out.values.data()))
-            fail(name, "tensor '" + e.name + "' has dtype " + e.dtype + ", which tapeformer cannot convert");
+            fail<std::runtime_error>(name, "tensor '" + e.name + "' has dtype " + e.dtype + ", which tapeformer cannot convert");
     }
     return file;
 }
@@ -373,10 +370,10 @@ SafetensorsFile load_safetensors(const std::string& path) { return parse_safeten
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
     auto it = tensors.find(name);
-    if (it == tensors.end()) fail(path, "no tensor '" + name + "'");
+    if (it == tensors.end()) fail<std::runtime_error>(path, "no tensor '" + name + "'");
     const SafetensorsEntry& e = it->second;
     if (e.shape.size() > static_cast<std::size_t>(Shape::kMaxRank))
-        fail(path, "tensor '" + name + "' has shape " + shape_str(e.shape) + ", more than " +
+        fail<std::runtime_error>(path, "tensor '" + name + "' has shape " + shape_str(e.shape) + ", more than " +
                        std::to_string(Shape::kMaxRank) + " dimensions");
     return Tensor::from(e.values, Shape::of(e.shape));
 }
@@ -391,16 +388,16 @@ void load_into(const ParamList& params, const SafetensorsFile& file, bool strict
             throw std::invalid_argument("load_into: the parameter list names '" + p.name + "' twice");
         auto it = file.tensors.find(p.name);
         if (it == file.tensors.end()) {
-            if (strict) fail(file.path, "missing tensor '" + p.name + "' (the model has it, the file does not)");
+            if (strict) fail<std::runtime_error>(file.path, "missing tensor '" + p.name + "' (the model has it, the file does not)");
             continue;
         }
         const SafetensorsEntry& e = it->second;
         if (!is_floating(e.dtype))
-            fail(file.path, "tensor '" + p.name + "' is " + e.dtype + " in the file; a parameter needs F32, F64, F16 or BF16");
+            fail<std::runtime_error>(file.path, "tensor '" + p.name + "' is " + e.dtype + " in the file; a parameter needs F32, F64, F16 or BF16");
         const Shape& s = p.tensor.shape();
         const std::vector<std::int64_t> model_shape(s.dims.begin(), s.dims.begin() + s.rank);
         if (e.shape != model_shape)
-            fail(file.path, "shape of '" + p.name + "' is " + shape_str(e.shape) + " in the file, " + s.str() +
+            fail<std::runtime_error>(file.path, "shape of '" + p.name + "' is " + shape_str(e.shape) + " in the file, " + s.str() +
                                 " in the model");
         // Two names for one tensor (tied weights) load twice into the same memory: the file must agree.
         if (p.tensor.numel() > 0) {
@@ -408,14 +405,14 @@ void load_into(const ParamList& params, const SafetensorsFile& file, bool strict
             const std::vector<real>& a = tied->second.second->values;
             if (!fresh && (a.size() != e.values.size() ||  // bitwise, so that NaN == NaN here
                            std::memcmp(a.data(), e.values.data(), a.size() * sizeof(real)) != 0))
-                fail(file.path, "'" + tied->second.first + "' and '" + p.name +
+                fail<std::runtime_error>(file.path, "'" + tied->second.first + "' and '" + p.name +
                                     "' are one tied tensor in the model but differ in the file");
         }
         copies.emplace_back(p.tensor, &e);
     }
     if (strict)
         for (const auto& [name, e] : file.tensors)
-            if (!names.count(name)) fail(file.path, "unexpected tensor '" + name + "' (the file has it, the model does not)");
+            if (!names.count(name)) fail<std::runtime_error>(file.path, "unexpected tensor '" + name + "' (the file has it, the model does not)");
 
     for (auto& [t, e] : copies) std::copy(e->values.begin(), e->values.end(), t.data());
 }

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tapeformer/error.h"
+
 TF_NAMESPACE_BEGIN
 
 namespace {
@@ -20,8 +22,6 @@ constexpr KindName kKindNames[] = {
     {ScheduleKind::Noam, "noam"},     {ScheduleKind::InverseSqrt, "inverse_sqrt"}, {ScheduleKind::Cosine, "cosine"},
     {ScheduleKind::Linear, "linear"}, {ScheduleKind::Constant, "constant"},
 };
-
-[[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("schedule: " + msg); }
 
 // The linear ramp lr·s/w shared by every warmup, for s ≤ w.
 double warmup_lr(double lr, double s, double w) { return lr * s / w; }
@@ -68,7 +68,7 @@ double constant(const Schedule& c, double s) {
 const char* schedule_kind_name(ScheduleKind kind) {
     for (const KindName& k : kKindNames)
         if (k.kind == kind) return k.name;
-    fail("unknown schedule kind " + std::to_string(static_cast<int>(kind)));
+    fail("schedule", "unknown schedule kind " + std::to_string(static_cast<int>(kind)));
 }
 
 ScheduleKind parse_schedule_kind(std::string_view name) {
@@ -77,27 +77,27 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
         if (name == k.name) return k.kind;
         valid += std::string(valid.empty() ? "" : ", ") + k.name;
     }
-    fail("unknown learning-rate schedule '" + std::string(name) + "' (expected one of: " + valid + ")");
+    fail("schedule", "unknown learning-rate schedule '" + std::string(name) + "' (expected one of: " + valid + ")");
 }
 
 void Schedule::validate() const {
     const std::string kind_name = schedule_kind_name(kind);
     if (!(lr > 0) || !std::isfinite(lr))
-        fail(kind_name + ": lr must be finite and > 0, got " + std::to_string(lr));
-    if (warmup < 0) fail(kind_name + ": warmup must be >= 0, got " + std::to_string(warmup));
+        fail("schedule", kind_name + ": lr must be finite and > 0, got " + std::to_string(lr));
+    if (warmup < 0) fail("schedule", kind_name + ": warmup must be >= 0, got " + std::to_string(warmup));
     if (kind == ScheduleKind::Noam && d_model <= 0)
-        fail(kind_name + ": d_model must be > 0, got " + std::to_string(d_model));
+        fail("schedule", kind_name + ": d_model must be > 0, got " + std::to_string(d_model));
     if (kind == ScheduleKind::Cosine || kind == ScheduleKind::Linear) {
         if (total_steps <= warmup)
-            fail(kind_name + ": total_steps (" + std::to_string(total_steps) + ") must be greater than warmup (" +
+            fail("schedule", kind_name + ": total_steps (" + std::to_string(total_steps) + ") must be greater than warmup (" +
                  std::to_string(warmup) + ")");
         if (!(min_lr >= 0 && min_lr <= lr))
-            fail(kind_name + ": min_lr must be in [0, lr = " + std::to_string(lr) + "], got " + std::to_string(min_lr));
+            fail("schedule", kind_name + ": min_lr must be in [0, lr = " + std::to_string(lr) + "], got " + std::to_string(min_lr));
     }
 }
 
 double Schedule::lr_at(std::int64_t step) const {
-    if (step < 1) fail(std::string(schedule_kind_name(kind)) + ": steps count from 1, got " + std::to_string(step));
+    if (step < 1) fail("schedule", std::string(schedule_kind_name(kind)) + ": steps count from 1, got " + std::to_string(step));
     validate();
     const double s = static_cast<double>(step);
     switch (kind) {
@@ -107,7 +107,7 @@ double Schedule::lr_at(std::int64_t step) const {
         case ScheduleKind::Linear: return linear(*this, s);
         case ScheduleKind::Constant: return constant(*this, s);
     }
-    fail("unknown schedule kind " + std::to_string(static_cast<int>(kind)));
+    fail("schedule", "unknown schedule kind " + std::to_string(static_cast<int>(kind)));
 }
 
 std::string Schedule::describe() const {

@@ -186,3 +186,22 @@ TEST_CASE("autograd: record() attaches a custom backward", "[autograd]") {
     tf::backward(y);
     CHECK(x.grad_vector() == std::vector<real>{3, 12, 27});
 }
+
+TEST_CASE("autograd: the per-record hook sees each backward closure once, in reverse order", "[autograd]") {
+    tf::tape().clear();
+    Tensor x = leaf({1, 2, 3}, {3});
+    Tensor y = tf::sum_all(tf::mul(tf::scale(x, 2), x));  // records: scale, mul, sum_all
+    std::vector<std::string> seen;
+    std::size_t tape_size_during = 0;
+    tf::backward(y, /*keep_tape=*/false, [&](const tf::TapeRecord& r) {
+        seen.push_back(r.op);
+        CHECK(r.out.defined());  // called before the record is freed
+        tape_size_during = tf::tape().records().size();
+    });
+    REQUIRE(seen.size() == 3);
+    CHECK(seen.front() != "scale");
+    CHECK(seen.back() == "scale");  // recorded first, so its backward runs last
+    CHECK(tape_size_during == 3);
+    CHECK(tf::tape().records().empty());
+    CHECK(x.grad_vector() == std::vector<real>{4, 8, 12});  // d(2x²)/dx = 4x: the hook changes nothing
+}

@@ -93,6 +93,26 @@ TEST_CASE("parameter names follow PyTorch's nn.Transformer state dict", "[nn]") 
     CHECK(pre.parameter_count() < Transformer(small_config()).parameter_count());
 }
 
+TEST_CASE("unique_parameters: each storage once, under its first name", "[nn]") {
+    ModelConfig c = small_config();
+    c.tie = Tying::All;
+    Transformer model(c);
+    const ParamList all = model.parameters();
+    const ParamList unique = unique_parameters(all);
+    REQUIRE(unique.size() == all.size() - 2);  // tgt_embed.weight and generator.weight are src_embed.weight
+    std::set<std::string> names;
+    std::int64_t values = 0;
+    for (const NamedTensor& p : unique) {
+        names.insert(p.name);
+        values += p.tensor.numel();
+    }
+    CHECK(names.count("src_embed.weight") == 1);
+    CHECK(names.count("tgt_embed.weight") == 0);
+    CHECK(names.count("generator.weight") == 0);
+    CHECK(values == model.parameter_count());
+    CHECK(unique_parameters({{"a", Tensor()}, {"b", all[0].tensor}, {"c", all[0].tensor}}).size() == 1);
+}
+
 TEST_CASE("masks: key padding and causal", "[nn]") {
     const real inf = std::numeric_limits<real>::infinity();
     Tensor kpm = key_padding_mask({5, 6, 0, 7, 0, 0}, 2, 3, 0);

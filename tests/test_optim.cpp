@@ -1,6 +1,7 @@
 // Optimizers and gradient checks: three-step trajectories against the update formulas evaluated in double
-// (each also reproduced by torch.optim 1.13 in float64, which agreed to the last digit), convergence on a
-// quadratic through the tape, tied parameters, clipping, non-finite detection and state round trips.
+// (each reproduced by torch.optim 1.13 in float64 to the last digit: tests/golden/make_optim_trajectories.py
+// --check), convergence on a quadratic through the tape, tied parameters, clipping, non-finite detection
+// and state round trips.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -64,7 +65,8 @@ constexpr double kMargin = 1e-6;
 // Expected values: the torch 1.13 update in double, per element, t = 1, 2, 3:
 //   Adam:  g' = g + wd·p;                AdamW: p ← p·(1 − lr·wd), g' = g
 //   m = β1·m + (1−β1)·g'   v = β2·v + (1−β2)·g'²   p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε)
-// torch.optim.Adam / AdamW 1.13 with the same settings in float64 gave the identical digits.
+// torch.optim.Adam / AdamW 1.13 with the same settings in float64 gave the identical digits
+// (tests/golden/make_optim_trajectories.py prints them and --check compares them with this file).
 
 TEST_CASE("Adam (L2 weight decay) follows torch.optim.Adam for three steps", "[optim]") {
     tf::Tensor p = param(kP0);
@@ -149,7 +151,8 @@ TEST_CASE("Adam on a large parameter (the threaded path) matches a naive double 
 
 // ---- SGD trajectories ---------------------------------------------------------------------------------------------
 // Expected values: the torch 1.13 update in double: d = g + wd·p; buf = d (step 1) or μ·buf + (1−damp)·d;
-// d = buf (or d + μ·buf with Nesterov); p ← p − lr·d. torch.optim.SGD in float64 gave the same digits.
+// d = buf (or d + μ·buf with Nesterov); p ← p − lr·d. torch.optim.SGD in float64 gave the same digits
+// (tests/golden/make_optim_trajectories.py --check).
 
 TEST_CASE("SGD with momentum and weight decay follows torch.optim.SGD for three steps", "[optim]") {
     tf::Tensor p = param(kP0);

@@ -35,7 +35,7 @@ TEST_CASE("Shape: rank, numel, negative indices and str", "[tensor]") {
     CHECK(s[-1] == 4);
     CHECK(s[-3] == 2);
     CHECK(s.last() == 4);
-    CHECK(s.rows() == 6);
+    CHECK(s.leading() == 6);
     CHECK(s.str() == "(2, 3, 4)");
     CHECK_THROWS_AS(s[3], std::invalid_argument);
     CHECK_THROWS_AS(s[-4], std::invalid_argument);

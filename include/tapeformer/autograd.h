@@ -44,10 +44,15 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 // Called by an op after computing `out`: marks it as requiring grad and appends the record. Returns out.
 Tensor record(const char* op, Tensor out, std::vector<Tensor> in, BackwardFn backward);
 
+// Called by backward() right after each record's closure has run, before the record is freed: a profiler
+// times the gaps between calls (see bench.cpp). Records without a closure or a gradient are not reported.
+using RecordHook = std::function<void(const TapeRecord& record)>;
+
 // Reverse pass from a scalar loss (seed 1), or from any tensor with a given upstream gradient of its
 // shape (used by gradient checks). Clears the tape afterwards unless keep_tape is set.
-void backward(Tensor& loss, bool keep_tape = false);
-void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape = false);
+void backward(Tensor& loss, bool keep_tape = false, const RecordHook& after_record = {});
+void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape = false,
+              const RecordHook& after_record = {});
 
 // Within its scope nothing is recorded (evaluation, decoding, finite differences).
 class NoGradGuard {

@@ -10,13 +10,13 @@
 #include <ostream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "tapeformer/config.h"
 
 TF_NAMESPACE_BEGIN
 
-// The flags of torch_ref.py, with its defaults.
+// The flags of torch_ref.py, with its defaults. The thread count is not among them: bench_train uses the
+// current setting (set_threads), which the CLI defaults to every core where torch_ref.py defaults to 1,
+// so pass the same --threads to both when comparing.
 struct BenchTrainOptions {
     std::int64_t d_model = 256;      // C
     std::int64_t heads = 4;          // H
@@ -53,8 +53,7 @@ struct ForwardFlops {
 ForwardFlops forward_flops(const BenchTrainOptions& o);
 
 struct BenchTrainResult {
-    nlohmann::json config;           // the model and batch settings, as torch_ref.py names them
-    std::string name;
+    BenchTrainOptions options;       // what was run (options.name is copied into the JSON line)
     int threads = 0;
     std::int64_t params = 0;         // distinct parameter values
     double fwd_gflop_per_step = 0, train_gflop_per_step = 0;
@@ -79,7 +78,9 @@ struct BenchTrainResult {
     double pool_peak_mb = 0;         // most tensor memory in use at once (pool.h), parameters included
     double rss_after_model_mb = 0;   // ru_maxrss once the model, optimizer and batches exist
 
-    nlohmann::json to_json() const;  // torch_ref.py's keys where they are meaningful
+    // One line of JSON with torch_ref.py's keys where they are meaningful; the model and batch settings
+    // under "config", as torch_ref.py names them.
+    std::string to_json() const;
 };
 
 // Builds the model and 8 random batches, runs bench_warmup + steps training steps (cycling the batches),

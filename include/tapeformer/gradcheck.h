@@ -41,12 +41,6 @@ GradcheckResult gradcheck(const std::string& name, const GradcheckFn& f, std::ve
 // A random tensor with values uniform in [lo, hi), drawn from (seed, counter 0..n).
 Tensor random_tensor(const Shape& shape, std::uint64_t seed, double lo = -1, double hi = 1, bool requires_grad = true);
 
-// Every primitive op on random inputs: the checks behind `tapeformer gradcheck`.
-std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed);
-// The primitive ops, then the model's blocks (attention with masks, encoder and decoder layers, the loss).
-std::vector<GradcheckResult> check_everything(std::uint64_t seed);
-
-// A table for people: op, shapes, max abs error, max rel error, PASS/FAIL; then a summary line.
-std::string format_gradcheck_table(const std::vector<GradcheckResult>& results, bool color);
+// The suites of checks that use this (every op, every model block) are in gradcheck_suite.h.
 
 TF_NAMESPACE_END

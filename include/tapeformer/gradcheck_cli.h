@@ -1,5 +1,6 @@
-// The entry point of `tapeformer gradcheck`, implemented by the float64 build of the library so that the
-// float32 CLI can run its checks in double precision. Deliberately free of `real`.
+// The entry point of `tapeformer gradcheck`, implemented by the float64 gradient-check suite
+// (src/gradcheck_suite/report.cpp, target tapeformer_gradcheck_suite) so that the float32 CLI can run its
+// checks in double precision. Deliberately free of `real`.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -33,7 +33,7 @@ public:
     void zero_grad();
 
     // A snapshot (deep copies) of everything step() depends on besides lr and the parameters, named
-    // "<prefix>.<what>.<parameter name>", e.g. "adam.m.encoder.layers.0.fc1.weight". Step counts are
+    // "<prefix>.<what>.<parameter name>", e.g. "adam.m.encoder.layers.0.linear1.weight". Step counts are
     // one-element tensors of shape () holding an integer (exact in float32 up to 2^24 steps).
     virtual std::vector<NamedTensor> state() const = 0;
     // Restores a snapshot from state(). Entries that do not start with this optimizer's prefix are

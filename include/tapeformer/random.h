@@ -9,12 +9,29 @@
 
 TF_NAMESPACE_BEGIN
 
-// SplitMix64's finaliser applied to seed and counter: a good 64-bit mix, cheap enough per element.
-inline std::uint64_t hash64(std::uint64_t seed, std::uint64_t counter) {
-    std::uint64_t z = seed * 0x9E3779B97F4A7C15ULL + counter + 0x632BE59BD9B4E019ULL;
+// SplitMix64 (Steele, Lea & Flood, 2014): a 64-bit counter advanced by the golden-ratio increment and
+// pushed through this finaliser, a good 64-bit mix that is cheap enough to run per element.
+constexpr std::uint64_t kSplitMix64Increment = 0x9E3779B97F4A7C15ULL;
+inline std::uint64_t splitmix64_mix(std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
+}
+
+// SplitMix64 as a sequential generator: state += increment, then mix. Used where a plain stream of
+// integers is all that is needed (the toy corpus generator).
+class SplitMix64 {
+public:
+    explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
+    std::uint64_t next() { return splitmix64_mix(state_ += kSplitMix64Increment); }
+
+private:
+    std::uint64_t state_;
+};
+
+// Value `counter` of stream `seed`: SplitMix64's finaliser applied to a mix of the two.
+inline std::uint64_t hash64(std::uint64_t seed, std::uint64_t counter) {
+    return splitmix64_mix(seed * kSplitMix64Increment + counter + 0x632BE59BD9B4E019ULL);
 }
 
 // Uniform in [0, 1) with 53 (double) or 24 (float) significant bits.

@@ -28,8 +28,9 @@ struct Shape {
     std::int64_t operator[](int i) const;
     std::int64_t& operator[](int i);
     std::int64_t last() const { return rank ? dims[rank - 1] : 1; }
-    // All but the last dimension multiplied: the number of rows a last-axis op works on.
-    std::int64_t rows() const { return rank ? numel() / last() : 1; }
+    // All but the last dimension multiplied: how many vectors a last-axis op (softmax, layer norm, a
+    // linear layer) works on. Not to be confused with Tensor::rows(begin, end), a slice of the first axis.
+    std::int64_t leading() const { return rank ? numel() / last() : 1; }
     bool operator==(const Shape& o) const;
     bool operator!=(const Shape& o) const { return !(*this == o); }
     std::string str() const;  // "(2, 3, 4)"

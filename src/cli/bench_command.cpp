@@ -48,7 +48,7 @@ void add_bench_command(CLI::App& app) {
     train->callback([o, threads]() {
         if (*threads > 0) set_threads(*threads);  // after the global --threads (parse_complete_callback)
         const BenchTrainResult result = bench_train(*o, &std::cout);
-        std::cout << result.to_json().dump() << std::endl;
+        std::cout << result.to_json() << std::endl;
     });
 }
 

@@ -1,5 +1,4 @@
-// Reading text files: getline, strip "\r" and surrounding whitespace, check UTF-8 by the table of
-// well-formed byte sequences in the Unicode standard (§3.9, Table 3-7).
+// Reading text files: getline, strip "\r" and surrounding whitespace, check UTF-8 (data/utf8.h).
 #include "tapeformer/data/text.h"
 
 #include <cerrno>
@@ -23,34 +22,6 @@ std::string_view trim(std::string_view s) {
     if (first == std::string_view::npos) return {};
     std::size_t last = s.find_last_not_of(space);
     return s.substr(first, last - first + 1);
-}
-
-std::size_t find_invalid_utf8(std::string_view s) {
-    auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-    auto in = [](unsigned char b, unsigned char lo, unsigned char hi) { return b >= lo && b <= hi; };
-    std::size_t i = 0, n = s.size();
-    while (i < n) {
-        unsigned char b0 = byte(i);
-        if (b0 < 0x80) { ++i; continue; }
-        // Number of continuation bytes, and the allowed range of the first one (which rules out overlong
-        // forms, UTF-16 surrogates D800..DFFF and code points above 10FFFF); the rest are 80..BF.
-        int extra = 0;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (in(b0, 0xC2, 0xDF)) extra = 1;
-        else if (b0 == 0xE0) { extra = 2; lo = 0xA0; }
-        else if (in(b0, 0xE1, 0xEC) || in(b0, 0xEE, 0xEF)) extra = 2;
-        else if (b0 == 0xED) { extra = 2; hi = 0x9F; }
-        else if (b0 == 0xF0) { extra = 3; lo = 0x90; }
-        else if (in(b0, 0xF1, 0xF3)) extra = 3;
-        else if (b0 == 0xF4) { extra = 3; hi = 0x8F; }
-        else return i;  // 80..C1 or F5..FF can never start a character
-        if (i + extra >= n) return i;  // truncated at the end of the line
-        if (!in(byte(i + 1), lo, hi)) return i;
-        for (int k = 2; k <= extra; ++k)
-            if (!in(byte(i + k), 0x80, 0xBF)) return i;
-        i += extra + 1;
-    }
-    return std::string_view::npos;
 }
 
 namespace {

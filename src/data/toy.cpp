@@ -6,7 +6,6 @@
 #include "tapeformer/data/toy.h"
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -14,6 +13,9 @@
 #include <set>
 #include <stdexcept>
 #include <system_error>
+
+#include "tapeformer/io.h"
+#include "tapeformer/random.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -23,19 +25,11 @@ namespace {
 // Random numbers
 // ---------------------------------------------------------------------------------------------------
 
-// SplitMix64 (Steele, Lea & Flood, 2014): a 64-bit counter pushed through a mixing function. Our own
-// generator and our own integer->range mapping, because std::uniform_int_distribution's algorithm is
-// implementation-defined and would make the committed files depend on the standard library.
-class SplitMix64 {
+// SplitMix64 (random.h) and our own integer->range mapping, because std::uniform_int_distribution's
+// algorithm is implementation-defined and would make the committed files depend on the standard library.
+class ToyRng {
 public:
-    explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-
-    std::uint64_t next() {
-        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-        return z ^ (z >> 31);
-    }
+    explicit ToyRng(std::uint64_t seed) : stream_(seed) {}
 
     // Uniform in [0, n) for n > 0. `next() % n` alone would favour small values; rejecting the lowest
     // (2^64 mod n) draws leaves a range whose size is a multiple of n, so every residue is equally likely.
@@ -43,7 +37,7 @@ public:
         const std::uint64_t un = std::uint64_t(n);
         const std::uint64_t reject = (0 - un) % un;  // (2^64 - n) mod n == 2^64 mod n
         for (;;) {
-            const std::uint64_t r = next();
+            const std::uint64_t r = stream_.next();
             if (r >= reject) return int(r % un);
         }
     }
@@ -52,7 +46,7 @@ public:
     bool percent(int p) { return below(100) < p; }
 
 private:
-    std::uint64_t state_;
+    SplitMix64 stream_;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -420,11 +414,11 @@ std::string join(const Words& words) {
 // in train.
 // ---------------------------------------------------------------------------------------------------
 
-NounPhrase draw_noun_phrase(SplitMix64& rng, int relative_percent);
+NounPhrase draw_noun_phrase(ToyRng& rng, int relative_percent);
 
 // "he" and "she" are drawn half as often as the others: third person singular is already common through
 // noun subjects, while verb endings for "i", "you" and "we" occur only with pronouns.
-NounPhrase draw_pronoun(SplitMix64& rng) {
+NounPhrase draw_pronoun(ToyRng& rng) {
     static const int kWeights[kPronounCount] = {2, 2, 1, 1, 2, 2};  // i you he she we they
     NounPhrase np;
     int r = rng.below(10);
@@ -432,7 +426,7 @@ NounPhrase draw_pronoun(SplitMix64& rng) {
     return np;
 }
 
-std::shared_ptr<const RelativeClause> draw_relative(SplitMix64& rng) {
+std::shared_ptr<const RelativeClause> draw_relative(ToyRng& rng) {
     auto rel = std::make_shared<RelativeClause>();
     rel->verb = rng.below(kVerbCount);
     rel->past = rng.percent(50);
@@ -443,7 +437,7 @@ std::shared_ptr<const RelativeClause> draw_relative(SplitMix64& rng) {
 }
 
 // A phrase headed by a noun; it gets a relative clause with probability relative_percent.
-NounPhrase draw_noun_phrase(SplitMix64& rng, int relative_percent) {
+NounPhrase draw_noun_phrase(ToyRng& rng, int relative_percent) {
     NounPhrase np;
     np.noun = rng.below(kNounCount);
     np.plural = rng.percent(40);
@@ -472,7 +466,7 @@ bool reflexive(const Clause& c, const NounPhrase& object) {
     return kPronouns[object.pronoun].person != kThirdSg && kPronouns[object.pronoun].person != kThirdPl;
 }
 
-Clause draw_clause(SplitMix64& rng) {
+Clause draw_clause(ToyRng& rng) {
     Clause c;
     const int s = rng.below(100);
     if (s < 45) {
@@ -506,7 +500,7 @@ Clause draw_clause(SplitMix64& rng) {
     return c;
 }
 
-Sentence draw_sentence(SplitMix64& rng) {
+Sentence draw_sentence(ToyRng& rng) {
     Sentence s;
     s.clauses.push_back(draw_clause(rng));
     if (rng.percent(30)) {
@@ -693,29 +687,6 @@ private:
     std::size_t pos_ = 0;
 };
 
-// ---------------------------------------------------------------------------------------------------
-// Files
-// ---------------------------------------------------------------------------------------------------
-
-// Writes `text` to `path` via `path.tmp` and a rename, which replaces the old file in one step (POSIX).
-void write_file_atomically(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
-    const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const int write_errno = errno;
-    if (std::fclose(f) != 0 || !written) {
-        const int err = written ? errno : write_errno;
-        std::remove(tmp.c_str());
-        throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(err));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        std::remove(tmp.c_str());
-        throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(err));
-    }
-}
-
 }  // namespace
 
 ToyCorpus generate_toy_corpus(const ToyCorpusOptions& opt) {
@@ -724,7 +695,7 @@ ToyCorpus generate_toy_corpus(const ToyCorpusOptions& opt) {
     if (opt.min_words < 3 || opt.min_words > opt.max_words)
         throw std::invalid_argument("toy corpus: need 3 <= min_words <= max_words, got min_words=" +
                                     std::to_string(opt.min_words) + " max_words=" + std::to_string(opt.max_words));
-    SplitMix64 rng(opt.seed);
+    ToyRng rng(opt.seed);
     std::set<std::string> seen;  // every source line of all splits: keeps the splits disjoint
     ToyCorpus corpus;
     const std::int64_t total = std::int64_t(opt.train) + opt.valid + opt.test;
@@ -768,8 +739,8 @@ void write_toy_corpus(const std::string& out_dir, const ToyCorpusOptions& opt) {
             tgt += p.tgt + '\n';
         }
         const std::string base = (fs::path(out_dir) / name).string();
-        write_file_atomically(base + ".src", src);
-        write_file_atomically(base + ".tgt", tgt);
+        write_file_atomic(base + ".src", src);  // io.h: temporary file, fsync, rename
+        write_file_atomic(base + ".tgt", tgt);
     }
 }
 

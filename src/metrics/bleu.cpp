@@ -1,6 +1,6 @@
 // Corpus BLEU and chrF, reimplementing sacreBLEU 2.x defaults step by step.
 //
-// Reading order: UTF-8 and Python-whitespace helpers, the 13a tokenizer, BLEU (statistics, then the
+// Reading order: Python-whitespace helpers, the 13a tokenizer, BLEU (statistics, then the
 // score), chrF (statistics, then the score). Each step names the sacreBLEU function it mirrors, because
 // "the same as sacreBLEU" is only true if every small rule (rstrip, tie-breaks, zero guards) is the same.
 #include "tapeformer/metrics/bleu.h"
@@ -11,60 +11,16 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "tapeformer/data/utf8.h"
+
 TF_NAMESPACE_BEGIN
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------------
-// UTF-8 and whitespace. sacreBLEU works on Python str, i.e. on Unicode code points, and its
+// Whitespace. sacreBLEU works on Python str, i.e. on Unicode code points (decode_utf8, data/utf8.h, turns
+// each invalid byte into U+FFFD, so a metric never aborts on a stray byte in model output), and its
 // str.split() / str.rstrip() treat every Unicode whitespace character as a separator, not only ASCII.
-
-// Decodes UTF-8 into code points. Each byte that does not start a valid sequence (truncated, overlong,
-// surrogate, > U+10FFFF) becomes U+FFFD, so a metric never aborts on a stray byte in model output.
-std::u32string decode_utf8(const std::string& s) {
-    std::u32string out;
-    out.reserve(s.size());
-    const size_t n = s.size();
-    size_t i = 0;
-    while (i < n) {
-        const unsigned char b0 = static_cast<unsigned char>(s[i]);
-        int len = 0;
-        char32_t cp = 0;
-        char32_t min_cp = 0;
-        if (b0 < 0x80) { len = 1; cp = b0; }
-        else if ((b0 & 0xE0) == 0xC0) { len = 2; cp = b0 & 0x1F; min_cp = 0x80; }
-        else if ((b0 & 0xF0) == 0xE0) { len = 3; cp = b0 & 0x0F; min_cp = 0x800; }
-        else if ((b0 & 0xF8) == 0xF0) { len = 4; cp = b0 & 0x07; min_cp = 0x10000; }
-        bool ok = len > 0 && i + len <= n;
-        for (int k = 1; ok && k < len; ++k) {
-            const unsigned char b = static_cast<unsigned char>(s[i + k]);
-            if ((b & 0xC0) != 0x80) ok = false;
-            else cp = (cp << 6) | (b & 0x3F);
-        }
-        if (ok && (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
-        if (ok) { out.push_back(cp); i += len; }
-        else { out.push_back(0xFFFD); i += 1; }
-    }
-    return out;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-    if (cp < 0x80) {
-        out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-}
 
 // Python's str.isspace(): the characters str.split() and str.strip() cut on (Unicode category Zs or
 // bidirectional class WS/B/S). Note U+200B (zero width space) is not one of them.

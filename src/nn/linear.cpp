@@ -7,17 +7,6 @@
 
 TF_NAMESPACE_BEGIN
 
-Tensor make_param(const Shape& shape) {
-    Tensor t = Tensor::zeros(shape);
-    t.set_requires_grad(true);
-    return t;
-}
-
-Tensor dropout(const Tensor& x, real p, const Pass& pass) {
-    if (!pass.training() || p == 0) return x;
-    return dropout(x, p, *pass.dropout_rng, true);
-}
-
 Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias) : weight(make_param({out, in})) {
     if (with_bias) bias = make_param({out});
 }

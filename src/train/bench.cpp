@@ -1,7 +1,8 @@
 // `tapeformer bench train`: torch_ref.py's training benchmark, step for step, on tapeformer.
 //
-// One step is what torch_ref.py's train_step does: lr from the Noam schedule; forward and loss (phase
-// "fwd"); backward ("bwd"); gradient-norm clipping ("clip"); Adam step and zero_grad ("optim").
+// Reading order: torch_ref.py's random batches and model settings; one training step (train_step); then
+// the parts of a run, each one function: describe, time_training, time_greedy, profile_backward;
+// bench_train calls them in that order.
 #include "tapeformer/bench.h"
 
 #include <sys/resource.h>
@@ -13,6 +14,8 @@
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
@@ -47,8 +50,8 @@ double peak_rss_mb() {
 std::int64_t enc_layers(const BenchTrainOptions& o) { return o.enc_layers >= 0 ? o.enc_layers : o.layers; }
 std::int64_t dec_layers(const BenchTrainOptions& o) { return o.dec_layers >= 0 ? o.dec_layers : o.layers; }
 
-// One batch: src (B, S), dec_in (B, T), labels (B, T), row-major.
-struct Batch {
+// One random batch of torch_ref.py: src (B, S), dec_in (B, T), labels (B, T), row-major.
+struct RandomBatch {
     std::vector<std::int32_t> src, dec_in, labels;
     std::int64_t src_nonpad = 0, tgt_nonpad = 0;
 };
@@ -57,7 +60,7 @@ struct Batch {
 // words uniform in [4, V); positions past the length are padding. The target side is
 //   tgt (T + 1) = BOS, w_1 .. w_{len-1}, EOS, PAD ...     (EOS at index len)
 //   dec_in = tgt[0 .. T),  labels = tgt[1 .. T].
-Batch make_batch(Rng& rng, std::int64_t B, std::int64_t S, std::int64_t T, std::int64_t V, double frac) {
+RandomBatch make_batch(Rng& rng, std::int64_t B, std::int64_t S, std::int64_t T, std::int64_t V, double frac) {
     auto lengths = [&](std::int64_t L) {
         const std::int64_t lo = std::max<std::int64_t>(1, std::int64_t(std::ceil(frac * double(L))));
         std::vector<std::int64_t> len(B);
@@ -65,7 +68,7 @@ Batch make_batch(Rng& rng, std::int64_t B, std::int64_t S, std::int64_t T, std::
         return len;
     };
     auto word = [&]() { return std::int32_t(kFirstWord + std::int64_t(rng.below(std::uint64_t(V - kFirstWord)))); };
-    Batch b;
+    RandomBatch b;
     const std::vector<std::int64_t> src_len = lengths(S);
     b.src.assign(B * S, kPad);
     for (std::int64_t i = 0; i < B; ++i)
@@ -107,18 +110,201 @@ ModelConfig model_config(const BenchTrainOptions& o) {
     return c;
 }
 
-// autograd.cpp's backward(loss), with a stopwatch around every record's closure.
-void timed_backward(Tensor& loss, std::map<std::string, double>& ms_by_op) {
-    loss.grad()[0] += real(1);
-    auto& records = tape().records();
-    for (auto it = records.rbegin(); it != records.rend(); ++it) {
-        TapeRecord& r = const_cast<TapeRecord&>(*it);
-        if (!r.backward || !r.out.has_grad()) continue;
-        const auto t0 = Clock::now();
-        r.backward(r.out, r.in);
-        ms_by_op[r.op] += ms_since(t0);
+// What the benchmark trains: the model, Adam and the Noam schedule of torch_ref.py, its kBatches random
+// batches and the dropout stream, with the number of steps taken so far.
+struct BenchRun {
+    explicit BenchRun(const BenchTrainOptions& o)
+        : options(o), model(model_config(o), o.seed), adam(model.parameters(), AdamOptions{0.9, 0.98, 1e-9, 0}),
+          dropout_rng(o.seed ^ 0xD50F7ULL) {
+        schedule.kind = ScheduleKind::Noam;
+        schedule.lr = 1.0;
+        schedule.warmup = o.warmup_steps;
+        schedule.d_model = o.d_model;
+        Rng batch_rng(o.seed ^ 0xBA7C4ULL);
+        for (int i = 0; i < kBatches; ++i)
+            batches.push_back(make_batch(batch_rng, o.batch, o.src_len, o.tgt_len, o.vocab, o.min_len_frac));
     }
-    tape().clear();
+
+    const BenchTrainOptions& options;
+    Transformer model;
+    Adam adam;
+    Schedule schedule;
+    std::vector<RandomBatch> batches;
+    Rng dropout_rng;
+    std::int64_t steps_taken = 0;
+};
+
+// Backward time by op, through backward()'s per-record hook. Each record is charged the time since the
+// previous one finished (or since backward began), which includes freeing what the previous record held:
+// the profiled pass frees memory exactly as an unprofiled one does.
+struct OpTimer {
+    std::map<std::string, double> ms_by_op;  // summed over the profiled steps
+    Clock::time_point last;
+
+    RecordHook hook() {
+        return [this](const TapeRecord& r) {
+            const Clock::time_point now = Clock::now();
+            ms_by_op[r.op] += std::chrono::duration<double, std::milli>(now - last).count();
+            last = now;
+        };
+    }
+};
+
+// One training step, as torch_ref.py's train_step: lr from the schedule; forward and loss ("fwd");
+// backward ("bwd"); gradient-norm clipping ("clip"); Adam step and zero_grad ("optim"). Adds the phase
+// times to `phase_ms` and the backward time by op to `ops` when they are given. Returns the loss.
+double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, double>* phase_ms, OpTimer* ops) {
+    const BenchTrainOptions& o = run.options;
+    const double lr = run.schedule.lr_at(++run.steps_taken);
+    auto t0 = Clock::now();
+    Tensor logits = run.model.forward(b.src, o.batch, o.src_len, b.dec_in, o.tgt_len, Pass{&run.dropout_rng});  // (B, T, V)
+    LossReport report;
+    Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report);
+    logits = Tensor();  // the tape holds what backward needs
+    const double t_fwd = ms_since(t0);
+    t0 = Clock::now();
+    if (ops) ops->last = t0;
+    backward(loss, /*keep_tape=*/false, ops ? ops->hook() : RecordHook{});
+    const double t_bwd = ms_since(t0);
+    t0 = Clock::now();
+    if (o.clip > 0) clip_grad_norm(run.adam.params(), o.clip);
+    const double t_clip = ms_since(t0);
+    t0 = Clock::now();
+    run.adam.step(lr);
+    run.adam.zero_grad();
+    const double t_optim = ms_since(t0);
+    if (phase_ms) {
+        (*phase_ms)["fwd"] += t_fwd;
+        (*phase_ms)["bwd"] += t_bwd;
+        (*phase_ms)["clip"] += t_clip;
+        (*phase_ms)["optim"] += t_optim;
+    }
+    return report.loss;
+}
+
+// The model's size and the work of one step, as torch_ref.py computes them.
+void describe(const BenchRun& run, BenchTrainResult& res, std::ostream* log) {
+    const BenchTrainOptions& o = run.options;
+    const ForwardFlops fl = forward_flops(o);
+    res.options = o;
+    res.threads = num_threads();
+    res.params = run.model.parameter_count();
+    res.fwd_gflop_per_step = fl.total / 1e9;
+    res.train_gflop_per_step = 3 * fl.total / 1e9;
+    res.rss_after_model_mb = peak_rss_mb();
+    if (!log) return;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "tapeformer, threads %d; BLAS %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
+                  "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (enc %.3f, dec %.3f, out %.3f); train ~3x = %.3f\n",
+                  res.threads, blas_info(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
+                  (long long)enc_layers(o), (long long)dec_layers(o), (long long)o.vocab, (long long)res.params,
+                  (long long)o.batch, (long long)o.src_len, (long long)o.tgt_len, fl.total / 1e9, fl.encoder / 1e9,
+                  fl.decoder / 1e9, fl.out_proj / 1e9, 3 * fl.total / 1e9);
+    *log << buf << std::flush;
+}
+
+// bench_warmup untimed steps, then `steps` timed ones (cycling the batches from the first): time per step,
+// tokens per second, phases, CPU time, first and last loss.
+void time_training(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
+    const BenchTrainOptions& o = run.options;
+    const std::int64_t B = o.batch, S = o.src_len, T = o.tgt_len;
+    for (std::int64_t i = 0; i < o.bench_warmup; ++i) train_step(run, run.batches[i % kBatches], nullptr, nullptr);
+    std::vector<double> seconds;
+    std::map<std::string, double> phase{{"fwd", 0}, {"bwd", 0}, {"clip", 0}, {"optim", 0}};
+    std::int64_t nonpad_src = 0, nonpad_tgt = 0;
+    const double cpu0 = process_cpu_ms();
+    for (std::int64_t i = 0; i < o.steps; ++i) {
+        const RandomBatch& b = run.batches[i % kBatches];
+        const auto t0 = Clock::now();
+        const double loss = train_step(run, b, &phase, nullptr);
+        seconds.push_back(ms_since(t0) / 1000.0);
+        if (i == 0) res.loss_first = loss;
+        res.loss_last = loss;
+        nonpad_tgt += b.tgt_nonpad;
+        nonpad_src += b.src_nonpad;
+    }
+    res.cpu_ms_per_step = (process_cpu_ms() - cpu0) / double(o.steps);
+    double total = 0;
+    for (double t : seconds) total += t;
+    std::vector<double> sorted = seconds;
+    std::sort(sorted.begin(), sorted.end());
+    const double steps = double(o.steps);
+    res.steps = o.steps;
+    res.ms_per_step = 1000 * total / steps;
+    res.ms_per_step_median = 1000 * sorted[sorted.size() / 2];
+    res.ms_per_step_min = 1000 * sorted.front();
+    res.tgt_tokens_per_s = double(B * T) * steps / total;
+    res.src_tgt_tokens_per_s = double(B * (S + T)) * steps / total;
+    res.tgt_nonpad_tokens_per_s = double(nonpad_tgt) / total;
+    res.src_tgt_nonpad_tokens_per_s = double(nonpad_src + nonpad_tgt) / total;
+    res.achieved_gflop_s = res.train_gflop_per_step / (total / steps);
+    for (auto& [k, v] : phase) res.phase_ms[k] = v / steps;
+    if (!log) return;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "train: %.1f ms/step (median %.1f, min %.1f); %.0f tgt tok/s, %.0f src+tgt tok/s; %.1f GFLOP/s; "
+                  "phases ms: fwd %.1f, bwd %.1f, clip %.1f, optim %.1f; loss %.3f -> %.3f; CPU %.1f ms/step\n",
+                  res.ms_per_step, res.ms_per_step_median, res.ms_per_step_min, res.tgt_tokens_per_s,
+                  res.src_tgt_tokens_per_s, res.achieved_gflop_s, res.phase_ms["fwd"], res.phase_ms["bwd"],
+                  res.phase_ms["clip"], res.phase_ms["optim"], res.loss_first, res.loss_last, res.cpu_ms_per_step);
+    *log << buf << std::flush;
+}
+
+// torch_ref.py's greedy timing: the first batch's sources decoded for exactly T steps, no early stop;
+// one untimed run, then eval_reps timed ones.
+void time_greedy(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
+    const BenchTrainOptions& o = run.options;
+    const std::int64_t B = o.batch, S = o.src_len, T = o.tgt_len;
+    DecodeOptions dopt;
+    dopt.beam = 1;
+    dopt.force_steps = int(T);
+    const RandomBatch& b = run.batches[0];
+    translate_batch(run.model, b.src, B, S, dopt);  // untimed
+    std::vector<double> seconds;
+    for (std::int64_t r = 0; r < o.eval_reps; ++r) {
+        const auto t0 = Clock::now();
+        translate_batch(run.model, b.src, B, S, dopt);
+        seconds.push_back(ms_since(t0) / 1000.0);
+    }
+    double total = 0;
+    for (double t : seconds) total += t;
+    const double mean = total / double(seconds.size()), best = *std::min_element(seconds.begin(), seconds.end());
+    res.has_greedy = true;
+    res.greedy_ms_per_batch = 1000 * mean;
+    res.greedy_ms_per_batch_best = 1000 * best;
+    res.greedy_tokens_per_s = double(B * T) / mean;
+    res.greedy_tokens_per_s_best = double(B * T) / best;
+    if (!log) return;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "greedy: batch %lld, %lld steps: %.1f ms/batch (best %.1f); %.0f tok/s\n",
+                  (long long)B, (long long)T, res.greedy_ms_per_batch, res.greedy_ms_per_batch_best,
+                  res.greedy_tokens_per_s);
+    *log << buf << std::flush;
+}
+
+// `profile` more training steps with the backward pass timed op by op; the log gets a table, slowest first.
+void profile_backward(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
+    const std::int64_t n = run.options.profile;
+    std::map<std::string, double> phase;
+    OpTimer ops;
+    for (std::int64_t i = 0; i < n; ++i) train_step(run, run.batches[i % kBatches], &phase, &ops);
+    double sum = 0;
+    for (auto& [op, ms] : ops.ms_by_op) sum += (res.backward_ms_by_op[op] = ms / double(n));
+    if (!log) return;
+    std::vector<std::pair<double, std::string>> rows;
+    for (auto& [op, ms] : res.backward_ms_by_op) rows.push_back({ms, op});
+    std::sort(rows.rbegin(), rows.rend());
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "profile over %lld steps (ms/step): fwd %.1f, bwd %.1f (per op below), clip %.1f, optim %.1f\n",
+                  (long long)n, phase["fwd"] / double(n), phase["bwd"] / double(n), phase["clip"] / double(n),
+                  phase["optim"] / double(n));
+    *log << buf;
+    for (auto& [ms, op] : rows) {
+        std::snprintf(buf, sizeof buf, "  backward %-16s %8.2f ms  %5.1f%%\n", op.c_str(), ms, 100 * ms / std::max(sum, 1e-12));
+        *log << buf;
+    }
+    *log << std::flush;
 }
 
 }  // namespace
@@ -163,179 +349,25 @@ ForwardFlops forward_flops(const BenchTrainOptions& a) {
 
 BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
     o.validate();
-    const std::int64_t B = o.batch, S = o.src_len, T = o.tgt_len, V = o.vocab;
+    BenchRun run(o);
     BenchTrainResult res;
-    res.name = o.name;
-    res.threads = num_threads();
-    res.config = {{"d_model", o.d_model},   {"heads", o.heads},         {"ffn", o.ffn},
-                  {"enc_layers", enc_layers(o)}, {"dec_layers", dec_layers(o)}, {"vocab", V},
-                  {"batch", B},             {"src_len", S},             {"tgt_len", T},
-                  {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings}};
-
-    Transformer model(model_config(o), o.seed);
-    res.params = model.parameter_count();
-    Adam adam(model.parameters(), AdamOptions{0.9, 0.98, 1e-9, 0});
-    Schedule schedule;
-    schedule.kind = ScheduleKind::Noam;
-    schedule.lr = 1.0;
-    schedule.warmup = o.warmup_steps;
-    schedule.d_model = o.d_model;
-    Rng batch_rng(o.seed ^ 0xBA7C4ULL);
-    std::vector<Batch> batches;
-    for (int i = 0; i < kBatches; ++i) batches.push_back(make_batch(batch_rng, B, S, T, V, o.min_len_frac));
-    const ForwardFlops fl = forward_flops(o);
-    res.fwd_gflop_per_step = fl.total / 1e9;
-    res.train_gflop_per_step = 3 * fl.total / 1e9;
-    res.rss_after_model_mb = peak_rss_mb();
-
-    if (log) {
-        char buf[512];
-        std::snprintf(buf, sizeof buf,
-                      "tapeformer, threads %d; BLAS %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
-                      "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (enc %.3f, dec %.3f, out %.3f); train ~3x = %.3f\n",
-                      res.threads, blas_info(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
-                      (long long)enc_layers(o), (long long)dec_layers(o), (long long)V, (long long)res.params, (long long)B,
-                      (long long)S, (long long)T, fl.total / 1e9, fl.encoder / 1e9, fl.decoder / 1e9, fl.out_proj / 1e9,
-                      3 * fl.total / 1e9);
-        *log << buf << std::flush;
-    }
-
-    // One training step; phase times are added to `phase` when given. Returns the loss.
-    std::int64_t step_no = 0;
-    Rng dropout_rng(o.seed ^ 0xD50F7ULL);
-    const ParamList& params = adam.params();
-    auto train_step = [&](const Batch& b, std::map<std::string, double>* phase,
-                          std::map<std::string, double>* ms_by_op) {
-        ++step_no;
-        const double lr = schedule.lr_at(step_no);
-        auto t0 = Clock::now();
-        Tensor logits = model.forward(b.src, B, S, b.dec_in, T, Pass{&dropout_rng});  // (B, T, V)
-        LossReport report;
-        Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report);
-        logits = Tensor();  // the tape holds what backward needs
-        const double t_fwd = ms_since(t0);
-        t0 = Clock::now();
-        if (ms_by_op) timed_backward(loss, *ms_by_op);
-        else backward(loss);
-        const double t_bwd = ms_since(t0);
-        t0 = Clock::now();
-        if (o.clip > 0) clip_grad_norm(params, o.clip);
-        const double t_clip = ms_since(t0);
-        t0 = Clock::now();
-        adam.step(lr);
-        adam.zero_grad();
-        const double t_optim = ms_since(t0);
-        if (phase) {
-            (*phase)["fwd"] += t_fwd;
-            (*phase)["bwd"] += t_bwd;
-            (*phase)["clip"] += t_clip;
-            (*phase)["optim"] += t_optim;
-        }
-        return report.loss;
-    };
-
-    if (o.steps > 0) {
-        for (std::int64_t i = 0; i < o.bench_warmup; ++i) train_step(batches[i % kBatches], nullptr, nullptr);
-        std::vector<double> times;
-        std::map<std::string, double> phase{{"fwd", 0}, {"bwd", 0}, {"clip", 0}, {"optim", 0}};
-        std::int64_t nonpad_src = 0, nonpad_tgt = 0;
-        const double cpu0 = process_cpu_ms();
-        for (std::int64_t i = 0; i < o.steps; ++i) {
-            const Batch& b = batches[i % kBatches];
-            const auto t0 = Clock::now();
-            const double loss = train_step(b, &phase, nullptr);
-            times.push_back(ms_since(t0) / 1000.0);
-            if (i == 0) res.loss_first = loss;
-            res.loss_last = loss;
-            nonpad_tgt += b.tgt_nonpad;
-            nonpad_src += b.src_nonpad;
-        }
-        res.cpu_ms_per_step = (process_cpu_ms() - cpu0) / double(o.steps);
-        double total = 0;
-        for (double t : times) total += t;
-        std::vector<double> sorted = times;
-        std::sort(sorted.begin(), sorted.end());
-        const double steps = double(o.steps);
-        res.steps = o.steps;
-        res.ms_per_step = 1000 * total / steps;
-        res.ms_per_step_median = 1000 * sorted[sorted.size() / 2];
-        res.ms_per_step_min = 1000 * sorted.front();
-        res.tgt_tokens_per_s = double(B * T) * steps / total;
-        res.src_tgt_tokens_per_s = double(B * (S + T)) * steps / total;
-        res.tgt_nonpad_tokens_per_s = double(nonpad_tgt) / total;
-        res.src_tgt_nonpad_tokens_per_s = double(nonpad_src + nonpad_tgt) / total;
-        res.achieved_gflop_s = res.train_gflop_per_step / (total / steps);
-        for (auto& [k, v] : phase) res.phase_ms[k] = v / steps;
-        if (log) {
-            char buf[512];
-            std::snprintf(buf, sizeof buf,
-                          "train: %.1f ms/step (median %.1f, min %.1f); %.0f tgt tok/s, %.0f src+tgt tok/s; %.1f GFLOP/s; "
-                          "phases ms: fwd %.1f, bwd %.1f, clip %.1f, optim %.1f; loss %.3f -> %.3f; CPU %.1f ms/step\n",
-                          res.ms_per_step, res.ms_per_step_median, res.ms_per_step_min, res.tgt_tokens_per_s,
-                          res.src_tgt_tokens_per_s, res.achieved_gflop_s, res.phase_ms["fwd"], res.phase_ms["bwd"],
-                          res.phase_ms["clip"], res.phase_ms["optim"], res.loss_first, res.loss_last, res.cpu_ms_per_step);
-            *log << buf << std::flush;
-        }
-    }
-
-    if (o.eval_greedy) {
-        // torch_ref.py: greedy decoding of the first batch's sources for exactly T steps, no early stop.
-        DecodeOptions dopt;
-        dopt.beam = 1;
-        dopt.force_steps = int(T);
-        const Batch& b = batches[0];
-        translate_batch(model, b.src, B, S, dopt);  // untimed
-        std::vector<double> times;
-        for (std::int64_t r = 0; r < o.eval_reps; ++r) {
-            const auto t0 = Clock::now();
-            translate_batch(model, b.src, B, S, dopt);
-            times.push_back(ms_since(t0) / 1000.0);
-        }
-        double total = 0;
-        for (double t : times) total += t;
-        const double mean = total / double(times.size()), best = *std::min_element(times.begin(), times.end());
-        res.has_greedy = true;
-        res.greedy_ms_per_batch = 1000 * mean;
-        res.greedy_ms_per_batch_best = 1000 * best;
-        res.greedy_tokens_per_s = double(B * T) / mean;
-        res.greedy_tokens_per_s_best = double(B * T) / best;
-        if (log) {
-            char buf[256];
-            std::snprintf(buf, sizeof buf, "greedy: batch %lld, %lld steps: %.1f ms/batch (best %.1f); %.0f tok/s\n",
-                          (long long)B, (long long)T, res.greedy_ms_per_batch, res.greedy_ms_per_batch_best,
-                          res.greedy_tokens_per_s);
-            *log << buf << std::flush;
-        }
-    }
-
-    if (o.profile > 0) {
-        std::map<std::string, double> phase, by_op;
-        for (std::int64_t i = 0; i < o.profile; ++i) train_step(batches[i % kBatches], &phase, &by_op);
-        double sum = 0;
-        for (auto& [op, ms] : by_op) sum += (res.backward_ms_by_op[op] = ms / double(o.profile));
-        if (log) {
-            std::vector<std::pair<double, std::string>> rows;
-            for (auto& [op, ms] : res.backward_ms_by_op) rows.push_back({ms, op});
-            std::sort(rows.rbegin(), rows.rend());
-            char buf[256];
-            std::snprintf(buf, sizeof buf, "profile over %lld steps (ms/step): fwd %.1f, bwd %.1f (per op below), clip %.1f, optim %.1f\n",
-                          (long long)o.profile, phase["fwd"] / double(o.profile), phase["bwd"] / double(o.profile),
-                          phase["clip"] / double(o.profile), phase["optim"] / double(o.profile));
-            *log << buf;
-            for (auto& [ms, op] : rows) {
-                std::snprintf(buf, sizeof buf, "  backward %-16s %8.2f ms  %5.1f%%\n", op.c_str(), ms, 100 * ms / std::max(sum, 1e-12));
-                *log << buf;
-            }
-            *log << std::flush;
-        }
-    }
+    describe(run, res, log);
+    if (o.steps > 0) time_training(run, res, log);
+    if (o.eval_greedy) time_greedy(run, res, log);
+    if (o.profile > 0) profile_backward(run, res, log);
     res.peak_rss_mb = peak_rss_mb();
     res.pool_peak_mb = double(pool_stats().peak_bytes_in_use) / (1024.0 * 1024.0);
     return res;
 }
 
-nlohmann::json BenchTrainResult::to_json() const {
-    nlohmann::json j = {{"name", name},
+std::string BenchTrainResult::to_json() const {
+    const BenchTrainOptions& o = options;
+    const nlohmann::json config = {
+        {"d_model", o.d_model},           {"heads", o.heads},     {"ffn", o.ffn},
+        {"enc_layers", enc_layers(o)},    {"dec_layers", dec_layers(o)}, {"vocab", o.vocab},
+        {"batch", o.batch},               {"src_len", o.src_len}, {"tgt_len", o.tgt_len},
+        {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings}};
+    nlohmann::json j = {{"name", o.name},
                         {"impl", "tapeformer"},
                         {"threads", threads},
                         {"blas", blas_info()},
@@ -369,7 +401,7 @@ nlohmann::json BenchTrainResult::to_json() const {
     j["peak_rss_mb"] = peak_rss_mb;
     j["pool_peak_mb"] = pool_peak_mb;
     j["rss_after_model_mb"] = rss_after_model_mb;
-    return j;
+    return j.dump();
 }
 
 TF_NAMESPACE_END

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tapeformer/autograd.h"
-#include "tapeformer/gradcheck.h"
+#include "tapeformer/gradcheck_suite.h"
 #include "tapeformer/ops.h"
 
 using tf::real;

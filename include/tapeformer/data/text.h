@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tapeformer/config.h"
+#include "tapeformer/data/utf8.h"  // find_invalid_utf8
 
 TF_NAMESPACE_BEGIN
 
@@ -46,9 +47,5 @@ std::vector<std::string> read_lines(std::istream& in, const std::string& name);
 
 // `s` without leading and trailing ASCII whitespace (space, \t, \n, \v, \f, \r).
 std::string_view trim(std::string_view s);
-
-// Byte offset of the first byte that does not start a well-formed UTF-8 sequence (overlong forms,
-// surrogates and code points above U+10FFFF are ill-formed), or std::string_view::npos if `s` is valid.
-std::size_t find_invalid_utf8(std::string_view s);
 
 TF_NAMESPACE_END

@@ -15,6 +15,11 @@ struct NamedTensor {
 };
 using ParamList = std::vector<NamedTensor>;
 
+// `params` with every storage once: a tied parameter, listed under several names, keeps its first name
+// (what the optimizer updates, what gradient clipping and parameter counts see). Undefined tensors are
+// left out.
+ParamList unique_parameters(const ParamList& params);
+
 // How one forward pass runs. Passed down through every module's forward().
 struct Pass {
     Rng* dropout_rng = nullptr;   // training: dropout masks come from here; nullptr: evaluation, no dropout

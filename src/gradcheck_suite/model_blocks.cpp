@@ -3,7 +3,7 @@
 // a composition of primitive ops, so these checks prove the compositions, not new backward code.
 #include <memory>
 
-#include "tapeformer/gradcheck.h"
+#include "tapeformer/gradcheck_suite.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/ops.h"
 
@@ -11,13 +11,10 @@ TF_NAMESPACE_BEGIN
 
 namespace {
 
+// The distinct parameter tensors, as gradcheck inputs.
 std::vector<Tensor> tensors_of(const ParamList& params) {
     std::vector<Tensor> out;
-    for (const auto& p : params) {
-        bool seen = false;
-        for (const Tensor& t : out) seen = seen || t.same_storage(p.tensor);
-        if (!seen) out.push_back(p.tensor);
-    }
+    for (const NamedTensor& p : unique_parameters(params)) out.push_back(p.tensor);
     return out;
 }
 

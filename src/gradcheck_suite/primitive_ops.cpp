@@ -1,0 +1,186 @@
+// The suite of primitive-op gradient checks behind `tapeformer gradcheck`: every op of ops.h on small
+// random inputs, grouped as in ops.h. Each group is one function; check_primitive_ops runs them in order.
+#include <limits>
+
+#include "tapeformer/gradcheck_suite.h"
+#include "tapeformer/ops.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+// What every group shares: the results so far, and a fresh seed for every random input.
+class OpChecks {
+public:
+    explicit OpChecks(std::uint64_t seed) : seed_(seed), next_seed_(seed * 1000) {}
+
+    // A random input with values uniform in [lo, hi).
+    Tensor rnd(const Shape& s, double lo = -1, double hi = 1) { return random_tensor(s, ++next_seed_, lo, hi); }
+    // Every element of every input perturbed.
+    void check(const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) {
+        results.push_back(gradcheck(name, f, std::move(in), GradcheckOptions{1e-6, 1e-6, seed_}));
+    }
+    // For inputs big enough to take an op's threaded or BLAS path: 64 elements of each input, spread out.
+    void check_sampled(const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) {
+        results.push_back(gradcheck(name, f, std::move(in), GradcheckOptions{1e-6, 1e-6, seed_, 64}));
+    }
+
+    std::vector<GradcheckResult> results;
+
+private:
+    std::uint64_t seed_;       // of the upstream vectors
+    std::uint64_t next_seed_;  // of the inputs
+};
+
+// Element-wise arithmetic, with every kind of broadcast the model uses.
+void check_arithmetic(OpChecks& c) {
+    c.check("add", [](auto& x) { return add(x[0], x[1]); }, {c.rnd({2, 3, 4}), c.rnd({2, 3, 4})});
+    c.check("add (bias broadcast)", [](auto& x) { return add(x[0], x[1]); }, {c.rnd({2, 3, 4}), c.rnd({4})});
+    c.check("add (both broadcast)", [](auto& x) { return add(x[0], x[1]); }, {c.rnd({2, 1, 3, 4}), c.rnd({1, 5, 1, 4})});
+    c.check("sub", [](auto& x) { return sub(x[0], x[1]); }, {c.rnd({2, 3, 4}), c.rnd({3, 1})});
+    c.check("sub (table broadcast (T,C))", [](auto& x) { return sub(x[0], x[1]); }, {c.rnd({2, 3, 4}), c.rnd({3, 4})});
+    c.check("mul (row broadcast (1,C))", [](auto& x) { return mul(x[0], x[1]); }, {c.rnd({1, 4}), c.rnd({2, 3, 4})});
+    c.check_sampled("add (bias broadcast, split by columns)", [](auto& x) { return add(x[0], x[1]); },
+                    {c.rnd({4, 32, 130}), c.rnd({130})});
+    c.check("mul", [](auto& x) { return mul(x[0], x[1]); }, {c.rnd({2, 3, 4}), c.rnd({2, 3, 4})});
+    c.check("mul (head gate)", [](auto& x) { return mul(x[0], x[1]); }, {c.rnd({2, 3, 4, 5}), c.rnd({1, 3, 1, 1})});
+    c.check("div", [](auto& x) { return div(x[0], x[1]); }, {c.rnd({2, 3, 4}), c.rnd({2, 1, 4}, 0.5, 1.5)});
+    c.check("scale", [](auto& x) { return scale(x[0], real(-0.7)); }, {c.rnd({3, 5})});
+}
+
+// Matrix products: every transpose combination, batched in 3-D and 4-D, scaled by α, small ones
+// split across threads and large ones through BLAS.
+void check_matmul(OpChecks& c) {
+    c.check("matmul A B", [](auto& x) { return matmul(x[0], x[1]); }, {c.rnd({3, 4}), c.rnd({4, 5})});
+    c.check("matmul A^T B", [](auto& x) { return matmul(x[0], x[1], true, false); }, {c.rnd({4, 3}), c.rnd({4, 5})});
+    c.check("matmul A B^T", [](auto& x) { return matmul(x[0], x[1], false, true); }, {c.rnd({3, 4}), c.rnd({5, 4})});
+    c.check("matmul A^T B^T", [](auto& x) { return matmul(x[0], x[1], true, true); }, {c.rnd({4, 3}), c.rnd({5, 4})});
+    c.check("matmul batched 3-D", [](auto& x) { return matmul(x[0], x[1]); }, {c.rnd({2, 3, 4}), c.rnd({2, 4, 5})});
+    c.check("matmul batched 4-D Q K^T", [](auto& x) { return matmul(x[0], x[1], false, true); },
+            {c.rnd({2, 2, 3, 4}), c.rnd({2, 2, 5, 4})});
+    c.check("matmul batched 4-D A^T B", [](auto& x) { return matmul(x[0], x[1], true, false); },
+            {c.rnd({2, 2, 4, 3}), c.rnd({2, 2, 4, 5})});
+    c.check("matmul (B,T,C) x W^T (linear)", [](auto& x) { return matmul(x[0], x[1], false, true); },
+            {c.rnd({2, 3, 4}), c.rnd({5, 4})});
+    // Many small batched products are split across threads: every transpose combination, with α.
+    c.check("matmul batched 4-D A B alpha", [](auto& x) { return matmul(x[0], x[1], false, false, real(0.3)); },
+            {c.rnd({2, 2, 3, 4}), c.rnd({2, 2, 4, 5})});
+    c.check("matmul batched 4-D Q K^T alpha", [](auto& x) { return matmul(x[0], x[1], false, true, real(-0.5)); },
+            {c.rnd({2, 2, 3, 4}), c.rnd({2, 2, 5, 4})});
+    c.check("matmul batched 3-D A^T B^T", [](auto& x) { return matmul(x[0], x[1], true, true); },
+            {c.rnd({3, 4, 3}), c.rnd({3, 5, 4})});
+    c.check("matmul alpha (A B^T, 2-D)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.125)); },
+            {c.rnd({3, 4}), c.rnd({5, 4})});
+    // Large batched products run one after another, each split into tiles by gemm (blas.cpp).
+    c.check_sampled("matmul batched large (BLAS per product)", [](auto& x) { return matmul(x[0], x[1], false, true, real(0.5)); },
+                    {c.rnd({2, 40, 80}), c.rnd({2, 90, 80})});
+}
+
+// The fused x Wᵀ + b of every linear layer.
+void check_affine(OpChecks& c) {
+    c.check("affine x W^T + b", [](auto& x) { return affine(x[0], x[1], x[2]); }, {c.rnd({2, 3, 4}), c.rnd({5, 4}), c.rnd({5})});
+    c.check("affine without bias", [](auto& x) { return affine(x[0], x[1], Tensor()); }, {c.rnd({3, 4}), c.rnd({5, 4})});
+    c.check_sampled("affine (bias gradient split by columns)", [](auto& x) { return affine(x[0], x[1], x[2]); },
+                    {c.rnd({4, 64, 8}), c.rnd({130, 8}), c.rnd({130})});
+}
+
+// Ops that only move values: reshape, permute, transpose, concatenation and slices.
+void check_layout(OpChecks& c) {
+    c.check("reshape", [](auto& x) { return mul(reshape(x[0], {3, 8}), x[1]); }, {c.rnd({2, 3, 4}), c.rnd({3, 8})});
+    c.check("permute (0,2,1,3)", [](auto& x) { return permute(x[0], {0, 2, 1, 3}); }, {c.rnd({2, 3, 4, 5})});
+    c.check("permute (2,0,1)", [](auto& x) { return permute(x[0], {2, 0, 1}); }, {c.rnd({2, 3, 4})});
+    c.check("transpose (-1,-2)", [](auto& x) { return transpose(x[0], -1, -2); }, {c.rnd({2, 3, 4})});
+    c.check("concat_last", [](auto& x) { return concat_last({x[0], x[1], x[2]}); },
+            {c.rnd({2, 3, 2}), c.rnd({2, 3, 4}), c.rnd({2, 3, 1})});
+    c.check("slice_last", [](auto& x) { return slice_last(x[0], 2, 5); }, {c.rnd({2, 3, 6})});
+    c.check("slice_heads (B,T,W)[..., 4:10] -> (B,2,T,3)", [](auto& x) { return slice_heads(x[0], 4, 10, 2); },
+            {c.rnd({2, 3, 12})});
+}
+
+// Sums and means over one axis or all.
+void check_reductions(OpChecks& c) {
+    c.check("sum axis 1", [](auto& x) { return sum(x[0], 1); }, {c.rnd({2, 3, 4})});
+    c.check("sum axis -1 keepdim", [](auto& x) { return sum(x[0], -1, true); }, {c.rnd({2, 3, 4})});
+    c.check("mean axis 0", [](auto& x) { return mean(x[0], 0); }, {c.rnd({2, 3, 4})});
+    c.check("sum_all", [](auto& x) { return sum_all(x[0]); }, {c.rnd({2, 3, 4})});
+}
+
+// The FFN's activations.
+void check_activations(OpChecks& c) {
+    c.check("relu", [](auto& x) { return relu(x[0]); }, {c.rnd({3, 7})});
+    c.check("gelu", [](auto& x) { return gelu(x[0]); }, {c.rnd({3, 7}, -3, 3)});
+}
+
+// Softmax alone and under the two masks attention uses, and log-softmax.
+void check_softmax(OpChecks& c) {
+    const real inf = std::numeric_limits<real>::infinity();
+    c.check("softmax", [](auto& x) { return softmax(x[0]); }, {c.rnd({2, 3, 6}, -2, 2)});
+    {
+        // A key padding mask (B, 1, 1, S): the last two keys of batch row 1 are padding.
+        Tensor key_mask = Tensor::zeros({2, 1, 1, 5});
+        key_mask.data()[5 + 3] = key_mask.data()[5 + 4] = -inf;
+        c.check("softmax + key padding mask", [key_mask](auto& x) { return softmax(x[0], key_mask); },
+                {c.rnd({2, 2, 3, 5}, -2, 2)});
+        // A causal mask (T, T): position t sees keys 0..t.
+        Tensor causal = Tensor::zeros({4, 4});
+        for (int t = 0; t < 4; ++t)
+            for (int s = t + 1; s < 4; ++s) causal.data()[t * 4 + s] = -inf;
+        c.check("softmax + causal mask", [causal](auto& x) { return softmax(x[0], causal); }, {c.rnd({2, 2, 4, 4}, -2, 2)});
+    }
+    c.check("log_softmax", [](auto& x) { return log_softmax(x[0]); }, {c.rnd({3, 7}, -2, 2)});
+}
+
+// Layer norm, and the fused residual add + layer norm of post-norm layers.
+void check_layer_norm(OpChecks& c) {
+    c.check("layer_norm", [](auto& x) { return layer_norm(x[0], x[1], x[2]); },
+            {c.rnd({2, 3, 6}, -2, 2), c.rnd({6}, 0.5, 1.5), c.rnd({6})});
+    c.check("add_layer_norm", [](auto& x) { return add_layer_norm(x[0], x[1], x[2], x[3]); },
+            {c.rnd({2, 3, 6}, -2, 2), c.rnd({2, 3, 6}, -1, 1), c.rnd({6}, 0.5, 1.5), c.rnd({6})});
+    c.check_sampled("add_layer_norm (rows split across threads)", [](auto& x) { return add_layer_norm(x[0], x[1], x[2], x[3]); },
+                    {c.rnd({4, 64, 70}, -2, 2), c.rnd({4, 64, 70}, -1, 1), c.rnd({70}, 0.5, 1.5), c.rnd({70})});
+}
+
+// Dropout with a fixed mask (a fresh Rng with the same seed on every call).
+void check_dropout(OpChecks& c) {
+    c.check("dropout p=0.3", [](auto& x) { Rng rng(7); return dropout(x[0], real(0.3), rng); }, {c.rnd({4, 6})});
+}
+
+// Embedding lookups (with padding and threaded backward) and the label-smoothed cross-entropy.
+void check_embedding_and_loss(OpChecks& c) {
+    std::vector<std::int32_t> ids = {3, 0, 1, 3, 4, 0};  // 0 is padding: its row gets no gradient
+    c.check("embedding", [ids](auto& x) { return embedding(x[0], ids, {2, 3}); }, {c.rnd({5, 4})});
+    // With padding_idx the pad row gets no gradient, which is only the true derivative when padded
+    // positions do not reach the output — as in the model, where masks cut them off. Zero them here.
+    Tensor keep = Tensor::from({1, 0, 1, 1, 1, 0}, {2, 3, 1});
+    c.check("embedding (pad 0, padded positions masked)",
+            [ids, keep](auto& x) { return mul(embedding(x[0], ids, {2, 3}, 0), keep); }, {c.rnd({5, 4})});
+    // Enough ids × columns for backward to split the columns across threads; ids repeat.
+    std::vector<std::int32_t> many(130);
+    for (std::size_t i = 0; i < many.size(); ++i) many[i] = std::int32_t((i * 5) % 7);
+    c.check_sampled("embedding (wide, columns split)", [many](auto& x) { return embedding(x[0], many, {2, 65}); },
+                    {c.rnd({7, 130})});
+    std::vector<std::int32_t> target = {2, 0, 4, 1, 0, 3};  // 0 is the ignored index
+    c.check("cross_entropy (eps 0.1, ignore 0)", [target](auto& x) { return cross_entropy(x[0], target, 0, real(0.1)); },
+            {c.rnd({6, 5}, -2, 2)});
+    c.check("cross_entropy (eps 0)", [target](auto& x) { return cross_entropy(x[0], target, -1, real(0)); },
+            {c.rnd({6, 5}, -2, 2)});
+}
+
+}  // namespace
+
+std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
+    OpChecks c(seed);
+    check_arithmetic(c);
+    check_matmul(c);
+    check_affine(c);
+    check_layout(c);
+    check_reductions(c);
+    check_activations(c);
+    check_softmax(c);
+    check_layer_norm(c);
+    check_dropout(c);
+    check_embedding_and_loss(c);
+    return c.results;
+}
+
+TF_NAMESPACE_END
