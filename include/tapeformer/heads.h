@@ -92,6 +92,13 @@ struct HeadReport {
 // as they were (masked heads stay masked and are measured as such).
 HeadReport study_heads(Transformer& model, const std::vector<Example>& examples, const HeadStudyOptions& options);
 
+// During training (`train --log-heads-every N`), at no extra pass: from the gradients and attention weights
+// (Pass::keep_attention) that a training step's forward and backward left, before clipping. Importance is
+// the batch form through the identity ∂L/∂ξ_h = ⟨W_o^h, ∂L/∂W_o^h⟩_F, of the step's own loss (label-smoothed,
+// mean over the batch's target tokens, dropout on); importance_raw is left unnormalised and `importance`
+// normalised per layer. Gradient norms and attention statistics as in study_heads.
+std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch);
+
 // ---- ablation: what each head is worth to translation quality -------------------------------------------
 
 // sacreBLEU's paired bootstrap resampling (`--paired-bs`, Koehn 2004): `samples` resamples of the sentences

@@ -226,7 +226,75 @@ double norm_of_columns(const Tensor& t, std::int64_t c0, std::int64_t c1) {  // 
     return std::sqrt(s);
 }
 
+// The means of one attention's sums, its gradient norms, and its importances normalised over its heads.
+void finish(const Attention& at, bool normalise, std::vector<HeadStats>& out) {
+    const MultiHeadAttention& m = *at.module;
+    const std::int64_t C = m.C, D = m.D;
+    double layer_norm = 0;
+    const std::size_t first = out.size();
+    for (std::int64_t h = 0; h < m.H; ++h) {
+        const HeadSums& s = at.sums[std::size_t(h)];
+        HeadStats st;
+        st.id = {at.kind, at.layer, int(h)};
+        st.importance_raw = s.importance_count ? s.importance / s.importance_count : 0;
+        layer_norm += st.importance_raw * st.importance_raw;
+        st.grad_wq = norm_of_rows(m.in_proj_weight, h * D, (h + 1) * D);
+        st.grad_wk = norm_of_rows(m.in_proj_weight, C + h * D, C + (h + 1) * D);
+        st.grad_wv = norm_of_rows(m.in_proj_weight, 2 * C + h * D, 2 * C + (h + 1) * D);
+        st.grad_bq = norm_of_rows(m.in_proj_bias, h * D, (h + 1) * D);
+        st.grad_bk = norm_of_rows(m.in_proj_bias, C + h * D, C + (h + 1) * D);
+        st.grad_bv = norm_of_rows(m.in_proj_bias, 2 * C + h * D, 2 * C + (h + 1) * D);
+        st.grad_wo = norm_of_columns(m.out_proj.weight, h * D, (h + 1) * D);
+        const double q = double(std::max<std::int64_t>(s.queries, 1));
+        st.entropy = s.entropy / q;
+        st.entropy_normalised = s.normalisable ? s.entropy_normalised / double(s.normalisable) : 0;
+        st.confidence = s.confidence / q;
+        st.eos_share = s.eos / q;
+        st.bos_share = s.bos / q;
+        st.mean_distance = s.distance / q;
+        for (const auto& [offset, count] : s.argmax_offsets)
+            if (double(count) / q > st.argmax_offset_share) {
+                st.argmax_offset = offset;
+                st.argmax_offset_share = double(count) / q;
+            }
+        out.push_back(st);
+    }
+    layer_norm = std::sqrt(layer_norm);
+    for (std::size_t i = first; i < out.size(); ++i)
+        out[i].importance = !normalise ? out[i].importance_raw : layer_norm > 0 ? out[i].importance_raw / layer_norm : 0;
+}
+
+// <W_o^h, dL/dW_o^h>_F over the head's D columns of the out-projection (C, C).
+double out_projection_product(const MultiHeadAttention& m, std::int64_t h) {
+    const real* w = m.out_proj.weight.data();
+    const real* g = m.out_proj.weight.grad();
+    if (!g) return 0;
+    double s = 0;
+    for (std::int64_t r = 0; r < m.C; ++r)
+        for (std::int64_t c = h * m.D; c < (h + 1) * m.D; ++c) s += double(w[r * m.C + c]) * g[r * m.C + c];
+    return s;
+}
+
 }  // namespace
+
+std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch) {
+    std::vector<HeadStats> out;
+    for (HeadKind kind : kKinds)
+        for (int l = 0; l < layers_of(model.config, kind); ++l) {
+            MultiHeadAttention& m = attention_of(model, kind, l);
+            if (!m.last_weights.defined())
+                throw std::logic_error("measure_training_step: the pass did not keep the attention weights");
+            Attention at{kind, l, &m, m.gate, Tensor(), std::vector<HeadSums>(std::size_t(m.H))};
+            accumulate(at, batch, Granularity::batch);  // no gate gradient: the statistics only
+            for (std::int64_t h = 0; h < m.H; ++h) {
+                at.sums[std::size_t(h)].importance = std::fabs(out_projection_product(m, h));
+                at.sums[std::size_t(h)].importance_count = 1;
+            }
+            finish(at, true, out);
+            m.last_weights = Tensor();
+        }
+    return out;
+}
 
 HeadReport study_heads(Transformer& model, const std::vector<Example>& examples, const HeadStudyOptions& options) {
     if (examples.empty()) throw std::invalid_argument("heads: no sentence pairs to study");
@@ -280,44 +348,7 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
         at.module->last_weights = Tensor();
     }
 
-    for (const Attention& at : attentions) {
-        const MultiHeadAttention& m = *at.module;
-        const std::int64_t C = m.C, D = m.D;
-        double layer_norm = 0;
-        const std::size_t first = report.heads.size();
-        for (std::int64_t h = 0; h < m.H; ++h) {
-            const HeadSums& s = at.sums[std::size_t(h)];
-            HeadStats st;
-            st.id = {at.kind, at.layer, int(h)};
-            st.importance_raw = s.importance_count ? s.importance / s.importance_count : 0;
-            layer_norm += st.importance_raw * st.importance_raw;
-            st.grad_wq = norm_of_rows(m.in_proj_weight, h * D, (h + 1) * D);
-            st.grad_wk = norm_of_rows(m.in_proj_weight, C + h * D, C + (h + 1) * D);
-            st.grad_wv = norm_of_rows(m.in_proj_weight, 2 * C + h * D, 2 * C + (h + 1) * D);
-            st.grad_bq = norm_of_rows(m.in_proj_bias, h * D, (h + 1) * D);
-            st.grad_bk = norm_of_rows(m.in_proj_bias, C + h * D, C + (h + 1) * D);
-            st.grad_bv = norm_of_rows(m.in_proj_bias, 2 * C + h * D, 2 * C + (h + 1) * D);
-            st.grad_wo = norm_of_columns(m.out_proj.weight, h * D, (h + 1) * D);
-            const double q = double(std::max<std::int64_t>(s.queries, 1));
-            st.entropy = s.entropy / q;
-            st.entropy_normalised = s.normalisable ? s.entropy_normalised / double(s.normalisable) : 0;
-            st.confidence = s.confidence / q;
-            st.eos_share = s.eos / q;
-            st.bos_share = s.bos / q;
-            st.mean_distance = s.distance / q;
-            for (const auto& [offset, count] : s.argmax_offsets)
-                if (double(count) / q > st.argmax_offset_share) {
-                    st.argmax_offset = offset;
-                    st.argmax_offset_share = double(count) / q;
-                }
-            report.heads.push_back(st);
-        }
-        layer_norm = std::sqrt(layer_norm);
-        for (std::size_t i = first; i < report.heads.size(); ++i) {
-            HeadStats& st = report.heads[i];
-            st.importance = !options.normalise ? st.importance_raw : layer_norm > 0 ? st.importance_raw / layer_norm : 0;
-        }
-    }
+    for (const Attention& at : attentions) finish(at, options.normalise, report.heads);
     return report;
 }
 
