@@ -87,17 +87,24 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
     }
     const Tiling t = tiling(M, N, K);
     const std::int64_t tiles = t.row_tiles * t.col_tiles;
-    // Inside another parallel region (attention's many small products) the tiles run on the calling thread.
-    // A large product that stays one tile (a thin C with a long inner dimension) still runs in a region, so
-    // that OpenBLAS does not split it by the thread count.
-#pragma omp parallel for schedule(static) if (M * N * K >= kSmallProduct && !omp_in_parallel())
-    for (std::int64_t i = 0; i < tiles; ++i) {
+    auto tile = [&](std::int64_t i) {
         const std::int64_t m0 = (i / t.col_tiles) * t.rows, n0 = (i % t.col_tiles) * t.cols;
         const std::int64_t m = std::min(t.rows, M - m0), n = std::min(t.cols, N - n0);
         const real* Ai = ta ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): columns of A when stored transposed
         const real* Bi = tb ? B + n0 * ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
         gemm_impl(ta, tb, m, n, K, alpha, Ai, lda, Bi, ldb, beta, C + m0 * ldc + n0, ldc);
+    };
+    // A small product, or one inside another parallel region (attention's many small products), runs its
+    // tiles on the calling thread without opening a region: even an inactive nested one costs libgomp a team
+    // set-up and, with passive waiting, system calls, which outweighed decoding's 1×64·64×t products.
+    if (M * N * K < kSmallProduct || omp_in_parallel()) {
+        for (std::int64_t i = 0; i < tiles; ++i) tile(i);
+        return;
     }
+    // A large product that stays one tile (a thin C with a long inner dimension) still runs in a region, so
+    // that OpenBLAS does not split it by the thread count.
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < tiles; ++i) tile(i);
 }
 
 void gemm_reference(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
