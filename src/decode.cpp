@@ -375,6 +375,18 @@ void drop_hopeless(std::vector<Hypothesis>& next, std::size_t first, std::int64_
     next.erase(std::remove_if(next.begin() + static_cast<std::ptrdiff_t>(first), next.end(), hopeless), next.end());
 }
 
+// Each sentence's answer: its best finished hypothesis by score (ties: the first found).
+std::vector<Translation> best_of_each(const std::vector<Finished>& finished) {
+    std::vector<Translation> out(finished.size());
+    for (std::size_t b = 0; b < finished.size(); ++b) {
+        const Translation* best = nullptr;
+        for (const auto& tr : finished[b].all)
+            if (!best || tr.score > best->score) best = &tr;
+        if (best) out[b] = *best;
+    }
+    return out;
+}
+
 // The rule is in decode.h. Each step: score every extension of every live hypothesis, keep each sentence's
 // best K, set aside those that end (EOS or the cap), drop those that cannot win, and move the decoder's
 // cache rows to follow the survivors.
@@ -402,20 +414,8 @@ std::vector<Translation> run_beam(Transformer& model, IncrementalDecoder& dec, c
         live = std::move(next);
         if (!live.empty()) dec.select_rows(parents(live));
     }
-
-    std::vector<Translation> out(B);
-    for (std::int64_t b = 0; b < B; ++b) {
-        const Translation* best = nullptr;
-        for (const auto& tr : finished[b].all)
-            if (!best || tr.score > best->score) best = &tr;  // ties: the first found
-        if (best) out[b] = *best;
-    }
-    return out;
+    return best_of_each(finished);
 }
-
-}  // namespace
-
-namespace {
 
 // Encodes the batch once, then runs `search` over an incremental decoder sized for the longest cap.
 template <class Search>
