@@ -1,14 +1,13 @@
 // Greedy decoding and beam search over an incremental decoder with a key/value cache.
 //
-// The decoder step reuses the model's modules (embedding, positional encoding, the attention projections,
-// gates and output projections, layer norms, FFN, generator); only the attention of one new query over
-// the cached keys is a kernel of its own here (attend_one_query), because the cache is not a contiguous
-// tensor. The tests compare every step's logits with model.decode on the whole prefix.
+// A decoder step is Transformer::decode_step: the model's own layers, attention included, run over the
+// key/value caches of nn/attention.h. What is here is the search: which token each row takes, which
+// hypotheses live on, and which cache rows they continue. The tests compare every step's logits with
+// model.decode on the whole prefix.
 #include "tapeformer/decode.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -24,53 +23,6 @@ constexpr std::int64_t kParallelGrain = 1 << 14;  // as in ops.cpp: below this, 
 const real kNegInf = -std::numeric_limits<real>::infinity();
 
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("translate_batch: " + msg); }
-
-// Keys and values of one attention: row r, head h starts at k + r·row_stride + h·head_stride, then one key
-// of D values after another.
-struct KeyValues {
-    const real* k;
-    const real* v;
-    std::int64_t row_stride, head_stride;
-};
-
-// The model's attend() for a single query per row:
-//   w = softmax(q Kᵀ / √D + mask),   out = w V
-// over keys [0, len) of each (row, head). q: N rows of H·D values, ldq apart; out: (N, H, D). kv_row[n]
-// picks the key/value row of query row n (nullptr: n itself); mask (nullable) holds `len` additive values
-// per key/value row. scores is scratch of N·H·len values. Threads split the (row, head) pairs.
-void attend_one_query(const real* q, std::int64_t ldq, std::int64_t N, std::int64_t H, std::int64_t D,
-                      const KeyValues& kv, std::int64_t len, const std::int64_t* kv_row, const real* mask,
-                      real* scores, real* out) {
-    const real scale = real(1) / std::sqrt(real(D));
-#pragma omp parallel for schedule(static) if (N * H * len * D >= kParallelGrain)
-    for (std::int64_t nh = 0; nh < N * H; ++nh) {
-        const std::int64_t n = nh / H, h = nh % H, r = kv_row ? kv_row[n] : n;
-        const real* qh = q + n * ldq + h * D;                         // (D)
-        const real* kh = kv.k + r * kv.row_stride + h * kv.head_stride;  // (len, D)
-        const real* vh = kv.v + r * kv.row_stride + h * kv.head_stride;  // (len, D)
-        const real* m = mask ? mask + r * len : nullptr;             // (len)
-        real* s = scores + nh * len;                                 // (len)
-        real* o = out + nh * D;                                      // (D)
-        real mx = kNegInf;
-        for (std::int64_t j = 0; j < len; ++j) {
-            real dot = 0;
-#pragma omp simd reduction(+ : dot)
-            for (std::int64_t d = 0; d < D; ++d) dot += qh[d] * kh[j * D + d];
-            s[j] = dot * scale + (m ? m[j] : real(0));
-            mx = std::max(mx, s[j]);
-        }
-        std::fill(o, o + D, real(0));
-        if (mx == kNegInf) continue;  // every key masked: zeros, as the softmax op gives
-        real total = 0;
-        for (std::int64_t j = 0; j < len; ++j) total += (s[j] = std::exp(s[j] - mx));
-        const real inv = real(1) / total;
-        for (std::int64_t j = 0; j < len; ++j) {
-            const real w = s[j] * inv;
-#pragma omp simd
-            for (std::int64_t d = 0; d < D; ++d) o[d] += w * vh[j * D + d];
-        }
-    }
-}
 
 // Pad and BOS are inputs only: the search never generates them.
 bool generable(std::int32_t v, const ModelConfig& c) { return v != c.pad_id && v != c.bos_id; }
@@ -134,84 +86,19 @@ std::int64_t max_output_length(std::int64_t n, const DecodeOptions& o, const Mod
 
 IncrementalDecoder::IncrementalDecoder(Transformer& model, const Tensor& memory, const std::vector<std::int32_t>& src,
                                        std::int64_t B, std::int64_t S, std::int64_t max_steps)
-    : model_(model), S_(S), C_(model.config.d_model), H_(model.config.heads), D_(C_ / H_), Tmax_(max_steps) {
-    if (memory.rank() != 3 || memory.size(0) != B || memory.size(1) != S || memory.size(2) != C_)
+    : model_(model), max_steps_(max_steps), source_row_(B), memory_(memory) {
+    const std::int64_t C = model.config.d_model;
+    if (memory.rank() != 3 || memory.size(0) != B || memory.size(1) != S || memory.size(2) != C)
         throw std::invalid_argument("IncrementalDecoder: memory " + memory.shape().str() + " is not (B, S, C) = (" +
-                                    std::to_string(B) + ", " + std::to_string(S) + ", " + std::to_string(C_) + ")");
+                                    std::to_string(B) + ", " + std::to_string(S) + ", " + std::to_string(C) + ")");
     if (static_cast<std::int64_t>(src.size()) != B * S)
         throw std::invalid_argument("IncrementalDecoder: " + std::to_string(src.size()) + " source ids for a (" +
                                     std::to_string(B) + ", " + std::to_string(S) + ") batch");
     if (max_steps < 0 || max_steps > model.config.max_len)
         throw std::invalid_argument("IncrementalDecoder: max_steps " + std::to_string(max_steps) +
                                     " is outside [0, model max_len " + std::to_string(model.config.max_len) + "]");
-    NoGradGuard no_grad;
     memory_mask_ = key_padding_mask(src, B, S, model.config.pad_id);  // (B, 1, 1, S)
-    source_row_.resize(B);
     for (std::int64_t b = 0; b < B; ++b) source_row_[b] = b;
-    layers_.resize(model.decoder.size());
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
-        auto [k, v] = model.decoder[l].multihead_attn.project_kv(memory);  // (B, H, S, D) each, once per batch
-        layers_[l].cross_k = k;
-        layers_[l].cross_v = v;
-    }
-    reserve_rows(B);
-}
-
-void IncrementalDecoder::reserve_rows(std::int64_t n) {
-    const std::size_t size = static_cast<std::size_t>(n * H_ * Tmax_ * D_);  // (n, H, Tmax, D)
-    for (auto& layer : layers_)
-        for (std::vector<real>* buffer : {&layer.k, &layer.v})
-            if (buffer->size() < size) buffer->resize(size);  // keeps the rows already there
-}
-
-namespace {
-
-bool is_all_ones(const Tensor& t) {
-    for (std::int64_t i = 0; i < t.numel(); ++i)
-        if (t.data()[i] != real(1)) return false;
-    return true;
-}
-
-// The end of attend(): gate the heads, merge them and project. With a single query position the heads of
-// (N, 1, C) are already laid out as (N, H, 1, D), so splitting and merging them are reshapes, not copies.
-Tensor gate_and_project(MultiHeadAttention& attn, Tensor context) {  // (N, H, 1, D) -> (N, 1, C)
-    const std::int64_t N = context.size(0);
-    if (attn.gate.requires_grad() || !is_all_ones(attn.gate)) context = mul(context, attn.gate);  // ξ_h · head_h
-    return attn.out_proj.forward(context.reshape({N, 1, attn.C}));  // (N, 1, C) @ W_oᵀ + b_o
-}
-
-}  // namespace
-
-Tensor IncrementalDecoder::self_attention(MultiHeadAttention& attn, LayerCache& cache, const Tensor& x) {
-    const std::int64_t N = rows();
-    // Q, K, V of the new position from one (C -> 3C) product, as MultiHeadAttention::forward does.
-    const Tensor qkv = linear(x, attn.in_proj_weight, attn.in_proj_bias);  // (N, 1, 3C)
-    const real* p = qkv.data();
-    // Append K and V to the cache at position t: K[n, h, t, :] = qkv[n, C + h·D : C + (h+1)·D].
-    for (std::int64_t n = 0; n < N; ++n)
-        for (std::int64_t h = 0; h < H_; ++h) {
-            const std::int64_t at = ((n * H_ + h) * Tmax_ + t_) * D_;
-            std::memcpy(&cache.k[at], p + n * 3 * C_ + C_ + h * D_, sizeof(real) * D_);
-            std::memcpy(&cache.v[at], p + n * 3 * C_ + 2 * C_ + h * D_, sizeof(real) * D_);
-        }
-    // Only positions 0..t are in the cache, so no causal mask is needed; the fed tokens are never pad.
-    const std::int64_t len = t_ + 1;
-    scores_.resize(static_cast<std::size_t>(N * H_ * len));
-    Tensor context = Tensor::empty({N, H_, 1, D_});  // (N, H, 1, D)
-    attend_one_query(p, 3 * C_, N, H_, D_, {cache.k.data(), cache.v.data(), H_ * Tmax_ * D_, Tmax_ * D_}, len,
-                     nullptr, nullptr, scores_.data(), context.data());
-    return gate_and_project(attn, context);  // (N, 1, C)
-}
-
-Tensor IncrementalDecoder::cross_attention(MultiHeadAttention& attn, LayerCache& cache, const Tensor& x) {
-    const std::int64_t N = rows();
-    // project_q without its split_heads copy: (N, 1, C) is (N, H, 1, D) already.
-    const Tensor q = linear(x, attn.in_proj_weight.rows(0, C_), attn.in_proj_bias.rows(0, C_));  // (N, 1, C)
-    scores_.resize(static_cast<std::size_t>(N * H_ * S_));
-    Tensor context = Tensor::empty({N, H_, 1, D_});  // (N, H, 1, D)
-    attend_one_query(q.data(), C_, N, H_, D_, {cache.cross_k.data(), cache.cross_v.data(), H_ * S_ * D_, S_ * D_},
-                     S_, source_row_.data(), memory_mask_.data(), scores_.data(), context.data());
-    return gate_and_project(attn, context);  // (N, 1, C)
 }
 
 Tensor IncrementalDecoder::step(const std::vector<std::int32_t>& tokens) {
@@ -219,84 +106,49 @@ Tensor IncrementalDecoder::step(const std::vector<std::int32_t>& tokens) {
     if (static_cast<std::int64_t>(tokens.size()) != N)
         throw std::invalid_argument("IncrementalDecoder::step: " + std::to_string(tokens.size()) + " tokens for " +
                                     std::to_string(N) + " rows");
-    if (t_ >= Tmax_)
-        throw std::invalid_argument("IncrementalDecoder::step: position " + std::to_string(t_) +
-                                    " is beyond max_steps " + std::to_string(Tmax_));
+    if (position() >= max_steps_)
+        throw std::invalid_argument("IncrementalDecoder::step: position " + std::to_string(position()) +
+                                    " is beyond max_steps " + std::to_string(max_steps_));
     NoGradGuard no_grad;
-    const Pass pass{};  // evaluation: no dropout
-    // x = E[token] · √C + PE[t]
-    Tensor x = model_.positional.forward(model_.tgt_embed.forward(tokens, N, 1), t_);  // (N, 1, C)
-    // Each layer as DecoderLayer::forward, with the self-attention over the cache.
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
-        DecoderLayer& layer = model_.decoder[l];
-        LayerCache& cache = layers_[l];
-        if (layer.norm == NormPosition::Post) {
-            Tensor h = layer.norm1.forward(add(x, self_attention(layer.self_attn, cache, x)));
-            h = layer.norm2.forward(add(h, cross_attention(layer.multihead_attn, cache, h)));
-            x = layer.norm3.forward(add(h, layer.ff.forward(h, pass)));
-        } else {
-            Tensor h = add(x, self_attention(layer.self_attn, cache, layer.norm1.forward(x)));
-            h = add(h, cross_attention(layer.multihead_attn, cache, layer.norm2.forward(h)));
-            x = add(h, layer.ff.forward(layer.norm3.forward(h), pass));
-        }
-    }
-    if (model_.config.norm == NormPosition::Pre) x = model_.decoder_norm.forward(x);
-    ++t_;
-    return model_.project(x).reshape({N, model_.config.tgt_vocab});  // (N, 1, C) @ (V, C)ᵀ -> (N, V)
+    const Tensor hidden = model_.decode_step(tokens, N, 1, memory_, memory_mask_, cache_);  // (N, 1, C)
+    memory_ = Tensor();  // projected into every layer's cross-attention cache: not read again
+    return model_.project(hidden).reshape({N, model_.config.tgt_vocab});  // (N, 1, C) @ (V, C)ᵀ -> (N, V)
 }
 
 void IncrementalDecoder::select_rows(const std::vector<std::int64_t>& from) {
     const std::int64_t N = rows(), M = static_cast<std::int64_t>(from.size());
-    bool increasing = true, identity = M <= N;
+    std::vector<std::int64_t> source(M);
     for (std::int64_t i = 0; i < M; ++i) {
         if (from[i] < 0 || from[i] >= N)
             throw std::invalid_argument("IncrementalDecoder::select_rows: row " + std::to_string(from[i]) +
                                         " is outside [0, " + std::to_string(N) + ")");
-        increasing = increasing && (i == 0 || from[i] > from[i - 1]);
-        identity = identity && from[i] == i;
+        source[i] = source_row_[from[i]];
     }
-    std::vector<std::int64_t> source(M);
-    for (std::int64_t i = 0; i < M; ++i) source[i] = source_row_[from[i]];
+    // The rows of one source hold the same memory, mask and cross-attention K, V: when every row keeps its
+    // source (beam search reordering hypotheses within their sentences), only the self-attention caches move.
+    const bool same_sources = source == source_row_;
     source_row_ = std::move(source);
-    if (identity || t_ == 0) {  // nothing cached yet, or the same rows: only the bookkeeping changes
-        reserve_rows(M);
-        return;
+    NoGradGuard no_grad;
+    if (memory_.defined()) memory_ = gather_rows(memory_, from);  // before the first step: (M, S, C)
+    if (!same_sources) memory_mask_ = gather_rows(memory_mask_, from);  // (M, 1, 1, S)
+    for (DecoderLayerCache& layer : cache_.layers) {
+        layer.self_attn.select_rows(from);
+        if (!same_sources) layer.multihead_attn.select_rows(from);
     }
-    // Copy the cached positions [0, t) of row from[i] into row i, for every head. A strictly increasing
-    // `from` (dropping rows) has from[i] >= i and can be done in place, front to back; any other order
-    // gathers into the spare buffer, which then swaps places with the cache.
-    const std::int64_t row = H_ * Tmax_ * D_, used = t_ * D_;
-    auto gather = [&](const real* src, real* dst) {
-#pragma omp parallel for schedule(static) if (!increasing && M * H_ * used >= kParallelGrain)
-        for (std::int64_t i = 0; i < M; ++i) {
-            if (src == dst && from[i] == i) continue;
-            for (std::int64_t h = 0; h < H_; ++h)
-                std::memmove(dst + i * row + h * Tmax_ * D_, src + from[i] * row + h * Tmax_ * D_, sizeof(real) * used);
-        }
-    };
-    for (auto& layer : layers_)
-        for (std::vector<real>* buffer : {&layer.k, &layer.v}) {
-            if (increasing) {
-                gather(buffer->data(), buffer->data());
-                continue;
-            }
-            if (spare_.size() < static_cast<std::size_t>(M * row)) spare_.resize(static_cast<std::size_t>(M * row));
-            gather(buffer->data(), spare_.data());
-            std::swap(*buffer, spare_);
-        }
 }
 
 // ---- greedy -----------------------------------------------------------------------------------------------
 
 namespace {
 
-struct Batch {
+// How long each row's output may grow: the caps L(n) of decode.h, checked options included.
+struct OutputLengths {
     std::vector<std::int64_t> cap;  // (B): output length cap of each row
-    std::int64_t max_cap = 0;
+    std::int64_t max_cap = 0;       // the longest: the decoder's max_steps
 };
 
-Batch plan(const Transformer& model, const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
-           const DecodeOptions& o) {
+OutputLengths plan_output_lengths(const Transformer& model, const std::vector<std::int32_t>& src, std::int64_t B,
+                                  std::int64_t S, const DecodeOptions& o) {
     if (B < 0 || S < 1) fail("a (" + std::to_string(B) + ", " + std::to_string(S) + ") source batch");
     if (static_cast<std::int64_t>(src.size()) != B * S)
         fail(std::to_string(src.size()) + " source ids for a (" + std::to_string(B) + ", " + std::to_string(S) + ") batch");
@@ -310,7 +162,7 @@ Batch plan(const Transformer& model, const std::vector<std::int32_t>& src, std::
     if (o.force_steps > model.config.max_len)
         fail("force_steps " + std::to_string(o.force_steps) + " is beyond the model's max_len " +
              std::to_string(model.config.max_len));
-    Batch p;
+    OutputLengths p;
     p.cap.resize(B);
     for (std::int64_t b = 0; b < B; ++b) {
         p.cap[b] = o.force_steps > 0 ? o.force_steps
@@ -323,7 +175,7 @@ Batch plan(const Transformer& model, const std::vector<std::int32_t>& src, std::
 // Each row takes the most probable generable token until EOS or its cap. Finished rows leave the decoder
 // (select_rows), except with force_steps, where every row runs every step and a finished row only stops
 // changing.
-std::vector<Translation> run_greedy(Transformer& model, IncrementalDecoder& dec, const Batch& plan,
+std::vector<Translation> run_greedy(Transformer& model, IncrementalDecoder& dec, const OutputLengths& lengths,
                                     const DecodeOptions& o) {
     const ModelConfig& c = model.config;
     const std::int64_t B = dec.rows(), V = c.tgt_vocab;
@@ -332,7 +184,7 @@ std::vector<Translation> run_greedy(Transformer& model, IncrementalDecoder& dec,
     std::vector<char> finished(B, 0);
     std::vector<std::int64_t> row_of;  // decoder row -> batch row
     for (std::int64_t b = 0; b < B; ++b)
-        if (plan.cap[b] > 0) row_of.push_back(b);
+        if (lengths.cap[b] > 0) row_of.push_back(b);
         else finished[b] = 1;
     if (!forced && static_cast<std::int64_t>(row_of.size()) < B) dec.select_rows(row_of);
     if (forced) {
@@ -341,7 +193,7 @@ std::vector<Translation> run_greedy(Transformer& model, IncrementalDecoder& dec,
     }
     std::vector<std::int32_t> tokens(row_of.size(), c.bos_id);
     std::vector<std::int64_t> keep;
-    for (std::int64_t t = 0; !row_of.empty() && t < plan.max_cap; ++t) {
+    for (std::int64_t t = 0; !row_of.empty() && t < lengths.max_cap; ++t) {
         const Tensor logits = dec.step(tokens);  // (N, V)
         const std::int64_t N = dec.rows();
         const RowStats stats = row_stats(logits, c);
@@ -361,7 +213,7 @@ std::vector<Translation> run_greedy(Transformer& model, IncrementalDecoder& dec,
                 continue;
             }
             tr.tokens.push_back(best[r]);
-            if (static_cast<std::int64_t>(tr.tokens.size()) >= plan.cap[b]) {
+            if (static_cast<std::int64_t>(tr.tokens.size()) >= lengths.cap[b]) {
                 finished[b] = 1;
                 continue;
             }
@@ -383,9 +235,32 @@ std::vector<Translation> run_greedy(Transformer& model, IncrementalDecoder& dec,
 
 // ---- beam search ------------------------------------------------------------------------------------------
 
+// One live hypothesis: a decoder row.
 struct Hypothesis {
-    std::vector<std::int32_t> tokens;
-    double log_prob = 0;
+    std::vector<std::int32_t> tokens;  // generated so far
+    double log_prob = 0;               // their summed log-probability
+    std::int64_t sentence = 0;         // the source row it translates
+    std::int64_t parent = 0;           // the decoder row of the previous step it extends (its cache rows)
+};
+
+// What the decoder needs from the live hypotheses: the row each continues, and the token it feeds next.
+std::vector<std::int64_t> parents(const std::vector<Hypothesis>& live) {
+    std::vector<std::int64_t> out;
+    for (const Hypothesis& h : live) out.push_back(h.parent);
+    return out;
+}
+
+std::vector<std::int32_t> last_tokens(const std::vector<Hypothesis>& live, std::int32_t bos) {
+    std::vector<std::int32_t> out;
+    for (const Hypothesis& h : live) out.push_back(h.tokens.empty() ? bos : h.tokens.back());
+    return out;
+}
+
+// A sentence's finished hypotheses (ended by EOS or by the cap) and the best score among those that ended
+// by EOS while the sentence was live: what a live hypothesis must be able to beat to stay.
+struct Finished {
+    std::vector<Translation> all;
+    double best_score = -std::numeric_limits<double>::infinity();
 };
 
 struct Candidate {
@@ -421,126 +296,132 @@ void top_k_of_row(const real* logits, std::int64_t V, std::int64_t k, std::int64
     for (const auto& [logit, v] : heap) out.push_back({log_prob + (double(logit) - lse), r * V + v});
 }
 
-// The rule is in decode.h. Decoder rows are grouped by sentence, in order: the rows of one sentence are
-// contiguous, and each sentence has between 1 and K of them while it is live.
-std::vector<Translation> run_beam(Transformer& model, IncrementalDecoder& dec, const Batch& plan,
-                                  const DecodeOptions& o) {
-    const ModelConfig& c = model.config;
-    const std::int64_t B = dec.rows(), V = c.tgt_vocab, K = o.beam;
-    const double alpha = o.length_penalty;
-    std::vector<std::vector<Translation>> finished(B);
-    std::vector<double> best_done(B, -std::numeric_limits<double>::infinity());  // best finished score
-    std::vector<Hypothesis> live;       // one per decoder row
-    std::vector<std::int64_t> sentence;  // decoder row -> sentence
-    for (std::int64_t b = 0; b < B; ++b)
-        if (plan.cap[b] > 0) {
-            live.push_back({});
-            sentence.push_back(b);
-        } else {
-            finished[b].push_back(Translation{});
-        }
-    if (static_cast<std::int64_t>(sentence.size()) < B) dec.select_rows(sentence);
+// Step 0: one empty hypothesis per sentence that may generate anything; the others are finished empty.
+std::vector<Hypothesis> start_beams(const OutputLengths& lengths, std::vector<Finished>& finished) {
+    std::vector<Hypothesis> live;
+    for (std::int64_t b = 0; b < static_cast<std::int64_t>(lengths.cap.size()); ++b)
+        if (lengths.cap[b] > 0) live.push_back({{}, 0, b, b});
+        else finished[b].all.push_back(Translation{});
+    return live;
+}
 
-    std::vector<std::int32_t> tokens(live.size(), c.bos_id);
-    for (std::int64_t t = 0; !live.empty(); ++t) {
-        const Tensor logits = dec.step(tokens);  // (N, V)
-        const std::int64_t N = dec.rows();
-        const std::vector<double> lse = row_stats(logits, c).lse;
-        const real* x = logits.data();
-        // The rows of each sentence present now.
-        std::vector<std::int64_t> group_begin;
-        for (std::int64_t r = 0; r < N; ++r)
-            if (r == 0 || sentence[r] != sentence[r - 1]) group_begin.push_back(r);
-        const std::int64_t G = static_cast<std::int64_t>(group_begin.size());
-        group_begin.push_back(N);
+// The first decoder row of each sentence's group, and the row count N at the end (rows of a sentence are
+// contiguous).
+std::vector<std::int64_t> sentence_starts(const std::vector<Hypothesis>& live) {
+    std::vector<std::int64_t> starts;
+    for (std::size_t r = 0; r < live.size(); ++r)
+        if (r == 0 || live[r].sentence != live[r - 1].sentence) starts.push_back(static_cast<std::int64_t>(r));
+    starts.push_back(static_cast<std::int64_t>(live.size()));
+    return starts;
+}
 
-        // Per sentence: its best K extensions, best first.
-        std::vector<std::vector<Candidate>> top(G);
+// Per sentence: the best K extensions of its live hypotheses (K × V candidates), best first.
+std::vector<std::vector<Candidate>> best_extensions(const Tensor& logits, const std::vector<double>& lse,
+                                                    const std::vector<Hypothesis>& live,
+                                                    const std::vector<std::int64_t>& starts, std::int64_t K,
+                                                    const ModelConfig& c) {
+    const std::int64_t N = logits.size(0), V = logits.size(1), G = static_cast<std::int64_t>(starts.size()) - 1;
+    const real* x = logits.data();  // (N, V)
+    std::vector<std::vector<Candidate>> top(G);
 #pragma omp parallel for schedule(dynamic) if (N * V >= kParallelGrain)
-        for (std::int64_t g = 0; g < G; ++g) {
-            std::vector<Candidate>& best = top[g];
-            for (std::int64_t r = group_begin[g]; r < group_begin[g + 1]; ++r)
-                top_k_of_row(x + r * V, V, K, r, live[r].log_prob, lse[r], c, best);
-            std::sort(best.begin(), best.end(), ranks_before);
-            if (static_cast<std::int64_t>(best.size()) > K) best.resize(static_cast<std::size_t>(K));
-        }
-
-        std::vector<Hypothesis> next;
-        std::vector<std::int64_t> next_sentence, from;
-        for (std::int64_t g = 0; g < G; ++g) {
-            const std::int64_t b = sentence[group_begin[g]], cap = plan.cap[b];
-            std::vector<Translation>& done = finished[b];
-            const std::size_t first_live = next.size();
-            for (const Candidate& cand : top[g]) {
-                const std::int64_t r = cand.flat / V;
-                const std::int32_t v = static_cast<std::int32_t>(cand.flat % V);
-                if (v == c.eos_id) {  // set aside, ranked by its length-penalised score
-                    Translation tr{live[r].tokens, cand.score, 0, true};
-                    finish_score(tr, alpha);
-                    best_done[b] = std::max(best_done[b], tr.score);
-                    done.push_back(std::move(tr));
-                    continue;
-                }
-                Hypothesis h{live[r].tokens, cand.score};
-                h.tokens.push_back(v);
-                next.push_back(std::move(h));
-                next_sentence.push_back(b);
-                from.push_back(r);
-            }
-            if (t + 1 >= cap) {  // the cap: the live hypotheses end here, without EOS
-                for (std::size_t i = first_live; i < next.size(); ++i) {
-                    Translation tr{std::move(next[i].tokens), next[i].log_prob, 0, false};
-                    finish_score(tr, alpha);
-                    done.push_back(std::move(tr));
-                }
-                next.resize(first_live);
-            } else if (!done.empty()) {
-                // Drop the live hypotheses that cannot beat the best finished one any more. One of m tokens
-                // ends with len in [m + 1, cap] (EOS counted) and its log-prob sum can only fall, so its best
-                // possible score is sum / max lp(len) (sums are <= 0; lp is monotone in len).
-                const std::int64_t m = t + 1;
-                const double lp_max = std::max(length_penalty(m + 1, alpha), length_penalty(cap, alpha));
-                std::size_t kept = first_live;
-                for (std::size_t i = first_live; i < next.size(); ++i) {
-                    if (!(next[i].log_prob / lp_max > best_done[b])) continue;
-                    if (kept != i) {
-                        next[kept] = std::move(next[i]);
-                        from[kept] = from[i];
-                    }
-                    ++kept;
-                }
-                next.resize(kept);
-            }
-            next_sentence.resize(next.size());
-            from.resize(next.size());
-        }
-        live = std::move(next);
-        sentence = std::move(next_sentence);
-        if (live.empty()) break;
-        dec.select_rows(from);
-        tokens.resize(live.size());
-        for (std::size_t i = 0; i < live.size(); ++i) tokens[i] = live[i].tokens.back();
+    for (std::int64_t g = 0; g < G; ++g) {
+        std::vector<Candidate>& best = top[g];
+        for (std::int64_t r = starts[g]; r < starts[g + 1]; ++r)
+            top_k_of_row(x + r * V, V, K, r, live[r].log_prob, lse[r], c, best);
+        std::sort(best.begin(), best.end(), ranks_before);
+        if (static_cast<std::int64_t>(best.size()) > K) best.resize(static_cast<std::size_t>(K));
     }
+    return top;
+}
 
-    std::vector<Translation> out(B);
-    for (std::int64_t b = 0; b < B; ++b) {
+// A sentence's best extensions: those that end in EOS are finished, ranked by their length-penalised
+// score; the others are appended to `next` as live hypotheses.
+void extend(const std::vector<Candidate>& top, const std::vector<Hypothesis>& live, std::int64_t V, double alpha,
+            const ModelConfig& c, Finished& finished, std::vector<Hypothesis>& next) {
+    for (const Candidate& cand : top) {
+        const std::int64_t r = cand.flat / V;
+        const std::int32_t v = static_cast<std::int32_t>(cand.flat % V);
+        if (v == c.eos_id) {
+            Translation tr{live[r].tokens, cand.score, 0, true};
+            finish_score(tr, alpha);
+            finished.best_score = std::max(finished.best_score, tr.score);
+            finished.all.push_back(std::move(tr));
+            continue;
+        }
+        Hypothesis h{live[r].tokens, cand.score, live[r].sentence, r};
+        h.tokens.push_back(v);
+        next.push_back(std::move(h));
+    }
+}
+
+// At the cap the live hypotheses next[first..] end as they are, without EOS.
+void end_at_cap(std::vector<Hypothesis>& next, std::size_t first, double alpha, Finished& finished) {
+    for (std::size_t i = first; i < next.size(); ++i) {
+        Translation tr{std::move(next[i].tokens), next[i].log_prob, 0, false};
+        finish_score(tr, alpha);
+        finished.all.push_back(std::move(tr));
+    }
+    next.resize(first);
+}
+
+// Drops the live hypotheses next[first..] that cannot beat the best finished one any more. One of m tokens
+// ends with len in [m + 1, cap] (EOS counted) and its log-prob sum can only fall, so its best possible score
+// is sum / max lp(len) (sums are <= 0; lp is monotone in len).
+void drop_hopeless(std::vector<Hypothesis>& next, std::size_t first, std::int64_t m, std::int64_t cap, double alpha,
+                   const Finished& finished) {
+    if (finished.all.empty()) return;
+    const double lp_max = std::max(length_penalty(m + 1, alpha), length_penalty(cap, alpha));
+    auto hopeless = [&](const Hypothesis& h) { return !(h.log_prob / lp_max > finished.best_score); };
+    next.erase(std::remove_if(next.begin() + static_cast<std::ptrdiff_t>(first), next.end(), hopeless), next.end());
+}
+
+// Each sentence's answer: its best finished hypothesis by score (ties: the first found).
+std::vector<Translation> best_of_each(const std::vector<Finished>& finished) {
+    std::vector<Translation> out(finished.size());
+    for (std::size_t b = 0; b < finished.size(); ++b) {
         const Translation* best = nullptr;
-        for (const auto& tr : finished[b])
-            if (!best || tr.score > best->score) best = &tr;  // ties: the first found
+        for (const auto& tr : finished[b].all)
+            if (!best || tr.score > best->score) best = &tr;
         if (best) out[b] = *best;
     }
     return out;
 }
 
-}  // namespace
+// The rule is in decode.h. Each step: score every extension of every live hypothesis, keep each sentence's
+// best K, set aside those that end (EOS or the cap), drop those that cannot win, and move the decoder's
+// cache rows to follow the survivors.
+std::vector<Translation> run_beam(Transformer& model, IncrementalDecoder& dec, const OutputLengths& lengths,
+                                  const DecodeOptions& o) {
+    const ModelConfig& c = model.config;
+    const std::int64_t B = dec.rows(), V = c.tgt_vocab, K = o.beam;
+    std::vector<Finished> finished(B);
+    std::vector<Hypothesis> live = start_beams(lengths, finished);
+    if (static_cast<std::int64_t>(live.size()) < B) dec.select_rows(parents(live));
 
-namespace {
+    for (std::int64_t t = 0; !live.empty(); ++t) {
+        const Tensor logits = dec.step(last_tokens(live, c.bos_id));  // (N, V)
+        const std::vector<double> lse = row_stats(logits, c).lse;     // (N)
+        const std::vector<std::int64_t> starts = sentence_starts(live);
+        const std::vector<std::vector<Candidate>> top = best_extensions(logits, lse, live, starts, K, c);
+        std::vector<Hypothesis> next;
+        for (std::size_t g = 0; g < top.size(); ++g) {
+            const std::int64_t b = live[starts[g]].sentence, cap = lengths.cap[b];
+            const std::size_t first = next.size();
+            extend(top[g], live, V, o.length_penalty, c, finished[b], next);
+            if (t + 1 >= cap) end_at_cap(next, first, o.length_penalty, finished[b]);
+            else drop_hopeless(next, first, t + 1, cap, o.length_penalty, finished[b]);
+        }
+        live = std::move(next);
+        if (!live.empty()) dec.select_rows(parents(live));
+    }
+    return best_of_each(finished);
+}
 
 // Encodes the batch once, then runs `search` over an incremental decoder sized for the longest cap.
 template <class Search>
 std::vector<Translation> translate_with(Transformer& model, const std::vector<std::int32_t>& src, std::int64_t B,
                                         std::int64_t S, const DecodeOptions& options, Search search) {
-    const Batch p = plan(model, src, B, S, options);
+    const OutputLengths p = plan_output_lengths(model, src, B, S, options);
     if (B == 0) return {};
     NoGradGuard no_grad;
     const Tensor memory = model.encode(src, B, S, Pass{});  // (B, S, C)

@@ -225,3 +225,79 @@ TEST_CASE("overfitting one batch: model + label-smoothed loss + Adam + Noam + cl
     CHECK(report.loss < floor + 0.1);
     CHECK(step <= 400);
 }
+
+TEST_CASE("decoding with a cache is the training forward: decode_step equals decode on the whole prefix", "[nn][decode]") {
+    // decode_step runs the same DecoderLayer::forward and MultiHeadAttention::forward as decode, with the
+    // key/value caches: positions fed a few at a time (three at once, then one by one, past the cache's
+    // first capacity of 16) give decode's hidden states, for both norm positions and every tying, also after
+    // the rows are reordered as beam search does. Only the rounding of the products may differ.
+    for (NormPosition norm : {NormPosition::Post, NormPosition::Pre})
+        for (Tying tie : {Tying::None, Tying::Decoder, Tying::All}) {
+            INFO(to_string(norm) << "-norm, tie " << to_string(tie));
+            ModelConfig c = small_config();
+            c.norm = norm;
+            c.tie = tie;
+            Transformer model(c, 17);
+            model.decoder[0].self_attn.gate.data()[1] = real(0.5);  // the head gates take part too
+            model.decoder[1].multihead_attn.gate.data()[2] = real(0.25);
+            NoGradGuard no_grad;
+            const std::int64_t B = 3, S = 5, T = 20, C = c.d_model;
+            const std::vector<std::int32_t> src = {4, 5, 6, 7, 2, 8, 9, 2, 0, 0, 10, 2, 0, 0, 0};
+            Rng rng(23);
+            std::vector<std::int32_t> dec_in(B * T);  // BOS, then words: the cache has no padding mask
+            for (std::int64_t i = 0; i < B * T; ++i) dec_in[i] = i % T == 0 ? 1 : std::int32_t(3 + rng.below(17));
+            const Tensor memory = model.encode(src, B, S, Pass{});                             // (B, S, C)
+            const Tensor full = model.decode(dec_in, B, T, memory, src, S, Pass{});           // (B, T, C)
+
+            DecoderCache cache;
+            Tensor memory_mask = key_padding_mask(src, B, S, c.pad_id);  // (B, 1, 1, S)
+            std::vector<std::int64_t> row_of = {0, 1, 2};                // cache row -> batch row of `full`
+            double worst = 0, scale = 0;
+            for (std::int64_t t = 0; t < T;) {
+                if (t == 11) {  // reorder, copy and drop rows, as beam search does: rows (2, 0, 0)
+                    const std::vector<std::int64_t> from = {2, 0, 0};
+                    for (DecoderLayerCache& layer : cache.layers) {
+                        layer.self_attn.select_rows(from);
+                        layer.multihead_attn.select_rows(from);
+                    }
+                    memory_mask = gather_rows(memory_mask, from);
+                    row_of = {row_of[2], row_of[0], row_of[0]};
+                }
+                const std::int64_t n = t == 0 ? 3 : 1;  // positions fed by this call
+                std::vector<std::int32_t> ids;
+                for (std::int64_t b : row_of)
+                    for (std::int64_t i = 0; i < n; ++i) ids.push_back(dec_in[b * T + t + i]);
+                const Tensor got = model.decode_step(ids, B, n, memory, memory_mask, cache);  // (B, n, C)
+                REQUIRE(got.shape() == Shape{B, n, C});
+                for (std::int64_t r = 0; r < B; ++r)
+                    for (std::int64_t i = 0; i < n; ++i)
+                        for (std::int64_t j = 0; j < C; ++j) {
+                            const double want = full.data()[(row_of[r] * T + t + i) * C + j];
+                            const double have = got.data()[(r * n + i) * C + j];
+                            worst = std::max(worst, std::fabs(have - want));
+                            scale = std::max(scale, std::fabs(want));
+                        }
+                t += n;
+                CHECK(cache.position() == t);
+            }
+            CHECK(scale > 0.5);
+            CHECK(worst <= 1e-5 * scale);
+            CHECK(cache.layers[0].self_attn.capacity() == 32);  // grew once, from 16
+            CHECK(cache.layers[0].multihead_attn.length == S);  // the memory, projected once
+        }
+}
+
+TEST_CASE("a key/value cache is for inference only and reads its own mask", "[nn][decode]") {
+    MultiHeadAttention attn(16, 4, 0);
+    Rng rng(5);
+    attn.init(rng);
+    Tensor x = Tensor::full({2, 1, 16}, 0.1);
+    KVCache cache;
+    CHECK_THROWS_WITH(attn.forward(x, x, Tensor(), Pass{}, &cache), Catch::Contains("NoGradGuard"));
+    NoGradGuard no_grad;
+    CHECK_THROWS_WITH(attn.forward(x, x, causal_mask(1), Pass{}, &cache), Catch::Contains("masks by position"));
+    attn.forward(x, x, Tensor(), Pass{}, &cache);
+    CHECK(cache.length == 1);
+    Tensor three = Tensor::full({3, 1, 16}, 0.1);
+    CHECK_THROWS_WITH(attn.forward(three, three, Tensor(), Pass{}, &cache), Catch::Contains("select_rows"));
+}

@@ -1,9 +1,10 @@
 // Translation with a trained model: batched greedy decoding and beam search over a key/value cache.
 //
-// The decoder is run one position at a time. Each step feeds one token per hypothesis and computes Q, K, V
-// for that position only; the keys and values of the earlier positions come from a cache, and those of the
-// encoder output (cross-attention) are projected once per source batch. A step thus costs O(t) attention
-// instead of re-running the decoder on the whole prefix (O(t²) over a sentence).
+// The decoder is run one position at a time (Transformer::decode_step: the same layers and attention code
+// as training). Each step feeds one token per hypothesis and computes Q, K, V for that position only; the
+// keys and values of the earlier positions come from a cache, and those of the encoder output
+// (cross-attention) are projected once per source batch. A step thus costs O(t) attention instead of
+// re-running the decoder on the whole prefix (O(t²) over a sentence).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -74,9 +75,8 @@ std::vector<std::vector<std::int32_t>> translate_batch(Transformer& model, const
 // Step t feeds one token per row at position t and returns the logits of the token at position t + 1,
 // what model.decode + model.project give for the last position of the whole prefix (up to rounding).
 //
-// Per decoder layer it keeps a self-attention cache K, V of shape (N, H, max_steps, D), written in place,
-// and the cross-attention K, V of the encoder output, (B, H, S, D), computed once in the constructor and
-// shared by all the rows of a source (each row reads its source's block).
+// It holds the model's DecoderCache: per decoder layer, the self-attention K, V of the positions fed so far
+// and the cross-attention K, V of the encoder output (projected by the first step), one row per decoder row.
 class IncrementalDecoder {
 public:
     // memory (B, S, C) = model.encode(src, B, S); starts with N = B rows, row b on source b, at position 0.
@@ -84,7 +84,7 @@ public:
                        std::int64_t B, std::int64_t S, std::int64_t max_steps);
 
     std::int64_t rows() const { return static_cast<std::int64_t>(source_row_.size()); }
-    std::int64_t position() const { return t_; }  // the position the next step() fills
+    std::int64_t position() const { return cache_.position(); }  // the position the next step() fills
     const std::vector<std::int64_t>& source_rows() const { return source_row_; }
 
     // tokens: one id per row at position() -> logits (N, V) of the next token. Advances position() by 1.
@@ -95,22 +95,12 @@ public:
     void select_rows(const std::vector<std::int64_t>& from);
 
 private:
-    struct LayerCache {
-        std::vector<real> k, v;            // (>= N, H, Tmax, D): self-attention keys and values
-        Tensor cross_k, cross_v;           // (B, H, S, D) of the encoder output
-    };
-    // Attention of one new query per row over `len` cached keys, gated and projected by the module.
-    Tensor self_attention(MultiHeadAttention& attn, LayerCache& cache, const Tensor& x);  // (N, 1, C) -> (N, 1, C)
-    Tensor cross_attention(MultiHeadAttention& attn, LayerCache& cache, const Tensor& x);
-    void reserve_rows(std::int64_t n);  // every cache buffer holds at least n rows
-
     Transformer& model_;
-    std::int64_t S_ = 0, C_ = 0, H_ = 0, D_ = 0, Tmax_ = 0, t_ = 0;
+    std::int64_t max_steps_ = 0;
     std::vector<std::int64_t> source_row_;  // (N): each row's source row in [0, B)
-    Tensor memory_mask_;                    // (B, 1, 1, S): 0 keeps a source position, −∞ drops a pad
-    std::vector<LayerCache> layers_;
-    std::vector<real> spare_;               // the gather target of select_rows, swapped with a cache buffer
-    std::vector<real> scores_;              // (N, H, keys): attention scratch
+    Tensor memory_;                         // (N, S, C) until the first step has projected it into the cache
+    Tensor memory_mask_;                    // (N, 1, 1, S): 0 keeps a source position, −∞ drops a pad
+    DecoderCache cache_;
 };
 
 TF_NAMESPACE_END

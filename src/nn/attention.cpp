@@ -1,7 +1,10 @@
-// Multi-head attention, composed from the primitive ops: no backward code here.
+// Multi-head attention, composed from the primitive ops: no backward code here. The same forward serves
+// training and decoding; for decoding it reads and extends a key/value cache (KVCache, at the end).
 #include "tapeformer/nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
@@ -42,12 +45,17 @@ Tensor causal_padding_mask(const std::vector<std::int32_t>& ids, std::int64_t B,
     return add(causal_mask(T), key_padding_mask(ids, B, T, pad));  // (1,1,T,T) + (B,1,1,T) -> (B,1,T,T)
 }
 
+// With a single position (decoding), (B, 1, H, D) and (B, H, 1, D) are the same memory: splitting and
+// merging the heads are then views, not copies.
 Tensor split_heads(const Tensor& x, std::int64_t H) {
-    return slice_heads(x, 0, x.size(2), H);  // (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
+    const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+    if (T == 1) return x.reshape({B, H, 1, C / H});  // (B, 1, C) -> (B, H, 1, D)
+    return slice_heads(x, 0, C, H);  // (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
 }
 
 Tensor merge_heads(const Tensor& x) {
     const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+    if (T == 1) return x.reshape({B, 1, H * D});  // (B, H, 1, D) -> (B, 1, C)
     return permute(x, {0, 2, 1, 3}).reshape({B, T, H * D});  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
 }
 
@@ -79,19 +87,109 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
     return out_proj.forward(merge_heads(context));  // (B, Tq, C) @ W_oᵀ
 }
 
-Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass) {
-    if (query.rank() != 3 || query.size(2) != C || key_value.rank() != 3 || key_value.size(2) != C ||
-        key_value.size(0) != query.size(0))
+Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass,
+                                   KVCache* cache) {
+    const bool self = query.same_storage(key_value) && query.shape() == key_value.shape();
+    const bool memory_cached = cache && !self && !cache->empty();  // key_value is not read
+    if (query.rank() != 3 || query.size(2) != C ||
+        (!memory_cached && (key_value.rank() != 3 || key_value.size(2) != C || key_value.size(0) != query.size(0))))
         throw std::invalid_argument("attention: query " + query.shape().str() + " and key/value " +
                                     key_value.shape().str() + " must be (B, T, " + std::to_string(C) + ")");
-    if (query.same_storage(key_value) && query.shape() == key_value.shape()) {
+    if (cache && tape().recording())
+        throw std::logic_error("attention: a key/value cache is for inference only (run it under NoGradGuard)");
+    if (self) {
         // Self-attention: Q, K, V from one (B, T, C) @ (3C, C)ᵀ product.
         Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)
-        return attend(slice_heads(qkv, 0, C, H), slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask,
-                      pass);  // Q, K, V: (B, H, T, D) each
+        Tensor q = slice_heads(qkv, 0, C, H);                        // (B, H, T, D)
+        if (!cache) return attend(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask, pass);
+        // Decoding: the new positions' K, V join the cached ones, and each query sees the keys up to its own.
+        if (mask.defined())
+            throw std::invalid_argument("attention: self-attention with a cache masks by position itself; got a mask " +
+                                        mask.shape().str());
+        cache->append(qkv, C, 2 * C, H, D);
+        return attend(q, cache->k, cache->v, cache->causal_mask(query.size(1)), pass);  // over (B, H, capacity, D)
     }
-    auto [k, v] = project_kv(key_value);
+    if (cache && cache->empty()) {  // cross-attention, first call: the memory's K, V, kept for the later calls
+        auto [k, v] = project_kv(key_value);  // (B, H, Tk, D) each
+        cache->assign(k, v);
+    }
+    if (cache) return attend(project_q(query), cache->k, cache->v, mask, pass);
+    auto [k, v] = project_kv(key_value);  // (B, H, Tk, D) each
     return attend(project_q(query), k, v, mask, pass);
+}
+
+// ---- the key/value cache ----------------------------------------------------------------------------------
+
+namespace {
+constexpr std::int64_t kMinCapacity = 16;  // positions a self-attention cache starts with
+
+// (N, H, capacity, D) zeros with positions [0, length) copied from t (N, H, old capacity, D).
+Tensor with_capacity(const Tensor& t, std::int64_t N, std::int64_t H, std::int64_t D, std::int64_t length,
+                     std::int64_t capacity) {
+    Tensor out = Tensor::zeros({N, H, capacity, D});  // zeros: masked keys must still be finite (0 · NaN = NaN)
+    for (std::int64_t nh = 0; nh < N * H && length > 0; ++nh)
+        std::memcpy(out.data() + nh * capacity * D, t.data() + nh * t.size(2) * D, sizeof(real) * length * D);
+    return out;
+}
+}  // namespace
+
+Tensor gather_rows(const Tensor& x, const std::vector<std::int64_t>& from) {
+    const std::int64_t N = x.size(0), M = static_cast<std::int64_t>(from.size());
+    std::vector<std::int32_t> ids(from.size());
+    for (std::int64_t i = 0; i < M; ++i) {
+        if (from[i] < 0 || from[i] >= N)
+            throw std::invalid_argument("gather_rows: row " + std::to_string(from[i]) + " is outside [0, " +
+                                        std::to_string(N) + ")");
+        ids[i] = static_cast<std::int32_t>(from[i]);
+    }
+    Shape shape = x.shape();
+    shape[0] = M;
+    return embedding(x.reshape({N, x.numel() / N}), ids, {M}).reshape(shape);  // (M, ...)
+}
+
+void KVCache::append(const Tensor& x, std::int64_t k_col, std::int64_t v_col, std::int64_t H, std::int64_t D) {
+    const std::int64_t N = x.size(0), Tq = x.size(1), W = x.size(2);
+    if (k.defined() && rows() != N)
+        throw std::invalid_argument("KVCache: " + std::to_string(N) + " new rows for a cache of " +
+                                    std::to_string(rows()) + " (select_rows first)");
+    if (length + Tq > capacity()) {  // full: double the capacity, as std::vector does
+        const std::int64_t grown = std::max({2 * capacity(), length + Tq, kMinCapacity});
+        k = with_capacity(k, N, H, D, length, grown);
+        v = with_capacity(v, N, H, D, length, grown);
+    }
+    // K[n, h, length + t, :] = x[n, t, k_col + h·D : k_col + (h+1)·D], and V alike from v_col
+    const std::int64_t cap = capacity();
+    const real* px = x.data();
+    for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t h = 0; h < H; ++h)
+            for (std::int64_t t = 0; t < Tq; ++t) {
+                const std::int64_t at = ((n * H + h) * cap + length + t) * D, from = (n * Tq + t) * W + h * D;
+                std::memcpy(k.data() + at, px + from + k_col, sizeof(real) * D);
+                std::memcpy(v.data() + at, px + from + v_col, sizeof(real) * D);
+            }
+    length += Tq;
+}
+
+void KVCache::assign(const Tensor& k_all, const Tensor& v_all) {
+    k = k_all;  // (N, H, Tk, D)
+    v = v_all;  // (N, H, Tk, D)
+    length = k_all.size(2);
+}
+
+Tensor KVCache::causal_mask(std::int64_t Tq) const {
+    const std::int64_t cap = capacity(), first = length - Tq;  // the position of the first of the Tq queries
+    Tensor m = Tensor::full({1, 1, Tq, cap}, kNegInf);       // (1, 1, Tq, capacity)
+    for (std::int64_t i = 0; i < Tq; ++i) std::fill(m.data() + i * cap, m.data() + i * cap + first + i + 1, real(0));
+    return m;
+}
+
+void KVCache::select_rows(const std::vector<std::int64_t>& from) {
+    if (!k.defined()) return;  // nothing cached yet
+    bool identity = static_cast<std::int64_t>(from.size()) == rows();
+    for (std::size_t i = 0; identity && i < from.size(); ++i) identity = from[i] == static_cast<std::int64_t>(i);
+    if (identity) return;
+    k = gather_rows(k, from);  // (M, H, capacity, D)
+    v = gather_rows(v, from);  // (M, H, capacity, D)
 }
 
 void MultiHeadAttention::parameters(ParamList& out, const std::string& prefix) const {

@@ -170,15 +170,18 @@ DecoderLayer::DecoderLayer(const ModelConfig& c)
       norm1(c.d_model), norm2(c.d_model), norm3(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
-                             const Pass& pass) {
+                             const Pass& pass, DecoderLayerCache* cache) {
+    KVCache* self_cache = cache ? &cache->self_attn : nullptr;
+    KVCache* memory_cache = cache ? &cache->multihead_attn : nullptr;
     if (norm == NormPosition::Post) {
-        Tensor h = add_norm(norm1, x, dropout(self_attn.forward(x, x, self_mask, pass), dropout_p, pass));
-        h = add_norm(norm2, h, dropout(multihead_attn.forward(h, memory, memory_mask, pass), dropout_p, pass));
+        Tensor h = add_norm(norm1, x, dropout(self_attn.forward(x, x, self_mask, pass, self_cache), dropout_p, pass));
+        h = add_norm(norm2, h,
+                     dropout(multihead_attn.forward(h, memory, memory_mask, pass, memory_cache), dropout_p, pass));
         return add_norm(norm3, h, dropout(ff.forward(h, pass), dropout_p, pass));
     }
     Tensor n1 = norm1.forward(x);
-    Tensor h = add(x, dropout(self_attn.forward(n1, n1, self_mask, pass), dropout_p, pass));
-    h = add(h, dropout(multihead_attn.forward(norm2.forward(h), memory, memory_mask, pass), dropout_p, pass));
+    Tensor h = add(x, dropout(self_attn.forward(n1, n1, self_mask, pass, self_cache), dropout_p, pass));
+    h = add(h, dropout(multihead_attn.forward(norm2.forward(h), memory, memory_mask, pass, memory_cache), dropout_p, pass));
     return add(h, dropout(ff.forward(norm3.forward(h), pass), dropout_p, pass));
 }
 
@@ -265,16 +268,17 @@ std::int64_t Transformer::parameter_count() const {
     return n;
 }
 
-void Transformer::check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
-                            std::int64_t V) const {
+namespace {
+// ids must hold B · T values: the (B, T) batch, row after row. (The embedding op range-checks each id.)
+void check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T) {
     if (static_cast<std::int64_t>(ids.size()) != B * T)
         throw std::invalid_argument(std::string(what) + ": " + std::to_string(ids.size()) + " ids for a (" + std::to_string(B) +
                                     ", " + std::to_string(T) + ") batch");
-    (void)V;  // the embedding op range-checks every id
 }
+}  // namespace
 
 Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S, const Pass& pass) {
-    check_ids("encode", src, B, S, config.src_vocab);
+    check_ids("encode", src, B, S);
     const Tensor mask = key_padding_mask(src, B, S, config.pad_id);  // (B, 1, 1, S)
     Tensor x = dropout(positional.forward(src_embed.forward(src, B, S)), real(config.dropout), pass);  // (B, S, C)
     for (auto& layer : encoder) x = layer.forward(x, mask, pass);
@@ -283,12 +287,27 @@ Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B,
 
 Tensor Transformer::decode(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
                            const std::vector<std::int32_t>& src, std::int64_t S, const Pass& pass) {
-    check_ids("decode", dec_in, B, T, config.tgt_vocab);
-    check_ids("decode (source)", src, B, S, config.src_vocab);
+    check_ids("decode", dec_in, B, T);
+    check_ids("decode (source)", src, B, S);
     const Tensor self_mask = causal_padding_mask(dec_in, B, T, config.pad_id);  // (B, 1, T, T)
     const Tensor memory_mask = key_padding_mask(src, B, S, config.pad_id);      // (B, 1, 1, S)
-    Tensor x = dropout(positional.forward(tgt_embed.forward(dec_in, B, T)), real(config.dropout), pass);  // (B, T, C)
-    for (auto& layer : decoder) x = layer.forward(x, memory, self_mask, memory_mask, pass);
+    return decoder_stack(dec_in, B, T, memory, self_mask, memory_mask, pass, nullptr);
+}
+
+Tensor Transformer::decode_step(const std::vector<std::int32_t>& dec_in, std::int64_t N, std::int64_t T,
+                                const Tensor& memory, const Tensor& memory_mask, DecoderCache& cache) {
+    check_ids("decode_step", dec_in, N, T);
+    cache.layers.resize(decoder.size());
+    return decoder_stack(dec_in, N, T, memory, Tensor(), memory_mask, Pass{}, &cache);  // (N, T, C)
+}
+
+Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T,
+                                  const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
+                                  const Pass& pass, DecoderCache* cache) {
+    const std::int64_t start = cache ? cache->position() : 0;
+    Tensor x = dropout(positional.forward(tgt_embed.forward(dec_in, B, T), start), real(config.dropout), pass);  // (B, T, C)
+    for (std::size_t l = 0; l < decoder.size(); ++l)
+        x = decoder[l].forward(x, memory, self_mask, memory_mask, pass, cache ? &cache->layers[l] : nullptr);
     return config.norm == NormPosition::Pre ? decoder_norm.forward(x) : x;
 }
 

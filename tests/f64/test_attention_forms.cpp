@@ -80,3 +80,38 @@ TEST_CASE("fused and per-head attention agree: cross-attention", "[attention]") 
     const std::vector<std::int32_t> src = {4, 5, 6, 2, 0, 8, 2, 0, 0, 0};
     compare(true, key_padding_mask(src, 2, 5, 0), 3, 5);
 }
+
+// Decoding feeds one position at a time through a key/value cache; in float64 the outputs are those of
+// the whole sequence at once (the causal mask for self-attention), to rounding.
+TEST_CASE("attention with a key/value cache, one position at a time, is the same function", "[attention]") {
+    const std::int64_t B = 2, T = 18, S = 5, C = 12, H = 3;  // T > 16: the self-attention cache grows once
+    MultiHeadAttention attn(C, H, 0);
+    Rng rng(13);
+    attn.init(rng);
+    init_uniform(attn.in_proj_bias, rng, 0.5);
+    attn.gate.data()[2] = 0.5;
+    NoGradGuard no_grad;
+    const Tensor x = random_tensor({B, T, C}, 4, -1, 1, false);
+    const Tensor memory = random_tensor({B, S, C}, 5, -1, 1, false);
+    const std::vector<std::int32_t> src = {4, 5, 6, 2, 0, 8, 2, 0, 0, 0};
+    const Tensor memory_mask = key_padding_mask(src, B, S, 0);
+    const Tensor self_full = attn.forward(x, x, causal_mask(T), Pass{});               // (B, T, C)
+    const Tensor cross_full = attn.forward(x, memory, memory_mask, Pass{});            // (B, T, C)
+    KVCache self_cache, cross_cache;
+    double self_err = 0, cross_err = 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+        Tensor xt = Tensor::empty({B, 1, C});  // position t of every row
+        for (std::int64_t b = 0; b < B; ++b)
+            std::copy(x.data() + (b * T + t) * C, x.data() + (b * T + t + 1) * C, xt.data() + b * C);
+        const Tensor self_t = attn.forward(xt, xt, Tensor(), Pass{}, &self_cache);             // (B, 1, C)
+        const Tensor cross_t = attn.forward(xt, memory, memory_mask, Pass{}, &cross_cache);  // (B, 1, C)
+        for (std::int64_t b = 0; b < B; ++b) {
+            self_err = std::max(self_err, max_abs_diff(self_t.data() + b * C, self_full.data() + (b * T + t) * C, C));
+            cross_err = std::max(cross_err, max_abs_diff(cross_t.data() + b * C, cross_full.data() + (b * T + t) * C, C));
+        }
+    }
+    CHECK(self_err < 1e-12);
+    CHECK(cross_err < 1e-12);
+    CHECK(self_cache.length == T);
+    CHECK(self_cache.capacity() == 32);
+}

@@ -26,6 +26,43 @@ Tensor causal_padding_mask(const std::vector<std::int32_t>& ids, std::int64_t B,
 Tensor split_heads(const Tensor& x, std::int64_t H);
 Tensor merge_heads(const Tensor& x);
 
+// Rows from[0], from[1], ... of x along its first axis: (N, ...) -> (M, ...), M = from.size(). A row lookup
+// (the embedding op on x seen as a table of N rows), for reordering what belongs to beam hypotheses.
+Tensor gather_rows(const Tensor& x, const std::vector<std::int64_t>& from);
+
+// The keys and values an attention has computed in earlier calls, for decoding one position at a time
+// (inference only: nothing written here carries a gradient). Two uses:
+//   self-attention:  every call appends the K, V of its new positions, and its queries see every position
+//                    fed so far up to their own (the causal mask, implied);
+//   cross-attention: the first call projects the memory (the encoder output) into K, V; later calls reuse
+//                    them and do not read the memory again.
+// K and V are stored with room to spare, as std::vector does: a full cache doubles its capacity (one copy),
+// so appending a position writes D values per (row, head) in place. Attention runs over the whole capacity,
+// the positions not filled yet masked out (−∞), which keeps K and V one contiguous tensor each for the
+// matmuls of attend().
+// Row n of the cache belongs to row n of the query batch; select_rows reorders, copies and drops rows as
+// beam search prunes and extends its hypotheses.
+struct KVCache {
+    Tensor k, v;              // (N, H, capacity, D): positions [0, length) are filled, the rest are zeros or stale
+    std::int64_t length = 0;  // positions filled
+
+    bool empty() const { return length == 0; }
+    std::int64_t rows() const { return k.defined() ? k.size(0) : 0; }    // N
+    std::int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
+
+    // Positions [length, length + Tq) of every row, read from the in-projection's output x (N, Tq, W): K
+    // from columns [k_col, k_col + H·D), V from [v_col, v_col + H·D), head after head. Grows the capacity
+    // when it is full.
+    void append(const Tensor& x, std::int64_t k_col, std::int64_t v_col, std::int64_t H, std::int64_t D);
+    // K, V of a whole sequence at once (cross-attention's projected memory): (N, H, Tk, D) each, length = Tk.
+    void assign(const Tensor& k_all, const Tensor& v_all);
+    // (1, 1, Tq, capacity) additive mask for the last Tq positions appended: the query at position p sees
+    // the keys at positions 0..p; positions not filled yet get −∞.
+    Tensor causal_mask(std::int64_t Tq) const;
+    // New row i is old row from[i], for every filled position. from may repeat, reorder and drop rows.
+    void select_rows(const std::vector<std::int64_t>& from);
+};
+
 struct MultiHeadAttention {
     std::int64_t C = 0, H = 0, D = 0;
     Tensor in_proj_weight;  // (3C, C): rows [0, C) are W_q, [C, 2C) W_k, [2C, 3C) W_v — PyTorch's layout
@@ -33,23 +70,27 @@ struct MultiHeadAttention {
     Linear out_proj;        // W_o (C, C) and its bias
     real dropout_p = 0;     // on the attention weights
     Tensor gate;            // ξ (1, H, 1, 1): not a parameter; set_requires_grad(true) to get ∂L/∂ξ
-    Tensor last_weights;    // (B, H, Tq, Tk), kept when the pass asks for it
+    Tensor last_weights;    // (B, H, Tq, Tk), kept when the pass asks for it (Tk = the cache's capacity with a cache)
 
     MultiHeadAttention() = default;
     MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout);
 
     // query (B, Tq, C), key_value (B, Tk, C) -> (B, Tq, C). mask broadcasts to (B, H, Tq, Tk).
-    // When query and key_value are the same tensor, Q, K and V come from one fused (C -> 3C) product.
-    Tensor forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass);
+    // When query and key_value are the same tensor (self-attention), Q, K and V come from one fused (C -> 3C)
+    // product. With a cache (decoding, under NoGradGuard), as described at KVCache: self-attention appends
+    // its K, V to the cache and needs no mask (it must be undefined); cross-attention projects key_value on
+    // the first call only, and `mask` (B, 1, 1, Tk) masks the memory's padding as without a cache.
+    Tensor forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass,
+                   KVCache* cache = nullptr);
 
-    // The pieces of forward, for decoding with a cache.
+    void parameters(ParamList& out, const std::string& prefix) const;
+    void init(Rng& rng);  // Xavier-uniform in_proj (as one (3C, C) matrix) and out_proj, zero biases
+
+private:
     Tensor project_q(const Tensor& x) const;                      // (B, T, C) -> (B, H, T, D)
     std::pair<Tensor, Tensor> project_kv(const Tensor& x) const;  // (B, T, C) -> K, V (B, H, T, D)
     // softmax(Q Kᵀ/√D + mask) V, gated, heads merged and projected: -> (B, Tq, C)
     Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Pass& pass);
-
-    void parameters(ParamList& out, const std::string& prefix) const;
-    void init(Rng& rng);  // Xavier-uniform in_proj (as one (3C, C) matrix) and out_proj, zero biases
 };
 
 // The same attention in its "theory" form: separate W_qʰ, W_kʰ, W_vʰ (D, C) for every head, each head

@@ -75,6 +75,18 @@ struct EncoderLayer {
     void init(Rng& rng);
 };
 
+// The key/value caches of one decoder layer's two attentions, for decoding one position at a time.
+struct DecoderLayerCache {
+    KVCache self_attn;       // the target positions fed so far
+    KVCache multihead_attn;  // the memory (encoder output), projected on the first call
+};
+
+// The decoder's state between calls of Transformer::decode_step: one cache per decoder layer.
+struct DecoderCache {
+    std::vector<DecoderLayerCache> layers;
+    std::int64_t position() const { return layers.empty() ? 0 : layers[0].self_attn.length; }  // positions fed
+};
+
 struct DecoderLayer {
     MultiHeadAttention self_attn;       // causal
     MultiHeadAttention multihead_attn;  // cross-attention over the encoder output
@@ -86,8 +98,10 @@ struct DecoderLayer {
     DecoderLayer() = default;
     explicit DecoderLayer(const ModelConfig& c);
     // x (B, T, C), memory (B, S, C), self_mask (B, 1, T, T), memory_mask (B, 1, 1, S) -> (B, T, C)
+    // With a cache (decoding, under NoGradGuard): x holds the T positions after those already cached,
+    // self_mask must be undefined (the cache masks by position) and memory is read on the first call only.
     Tensor forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
-                   const Pass& pass);
+                   const Pass& pass, DecoderLayerCache* cache = nullptr);
     void parameters(ParamList& out, const std::string& prefix) const;
     void init(Rng& rng);
 };
@@ -117,6 +131,12 @@ public:
     // dec_in (B, T), memory (B, S, C), src (B, S) for the memory mask -> hidden (B, T, C)
     Tensor decode(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
                   const std::vector<std::int32_t>& src, std::int64_t S, const Pass& pass);
+    // The same decoder with a cache, a few positions (usually one) per call, for translation: dec_in (N, T) are
+    // each row's next T tokens, at positions cache.position() onwards; memory (N, S, C) is read on the
+    // first call only (cross-attention keeps its projection); memory_mask (N, 1, 1, S) -> hidden (N, T, C).
+    // Every call runs DecoderLayer::forward, as decode does, in evaluation mode. Needs NoGradGuard.
+    Tensor decode_step(const std::vector<std::int32_t>& dec_in, std::int64_t N, std::int64_t T, const Tensor& memory,
+                       const Tensor& memory_mask, DecoderCache& cache);
     Tensor project(const Tensor& hidden) const;  // (B, T, C) -> logits (B, T, V)
     // The whole model: logits (B, T, V).
     Tensor forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
@@ -127,8 +147,10 @@ public:
     std::vector<std::pair<std::string, MultiHeadAttention*>> attentions();
 
 private:
-    void check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
-                   std::int64_t V) const;
+    // The part decode and decode_step share: embedding from position `start` of the cache (0 without),
+    // dropout, the decoder layers and (pre-norm) the final norm.
+    Tensor decoder_stack(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
+                         const Tensor& self_mask, const Tensor& memory_mask, const Pass& pass, DecoderCache* cache);
 };
 
 // What a training or evaluation step reports about the loss.
