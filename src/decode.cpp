@@ -13,16 +13,16 @@
 #include <string>
 
 #include "tapeformer/autograd.h"
+#include "tapeformer/error.h"
+#include "tapeformer/parallel.h"
 #include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
 
 namespace {
 
-constexpr std::int64_t kParallelGrain = 1 << 14;  // as in ops.cpp: below this, threads cost more than they save
 const real kNegInf = -std::numeric_limits<real>::infinity();
 
-[[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("translate_batch: " + msg); }
 
 // Pad and BOS are inputs only: the search never generates them.
 bool generable(std::int32_t v, const ModelConfig& c) { return v != c.pad_id && v != c.bos_id; }
@@ -149,18 +149,18 @@ struct OutputLengths {
 
 OutputLengths plan_output_lengths(const Transformer& model, const std::vector<std::int32_t>& src, std::int64_t B,
                                   std::int64_t S, const DecodeOptions& o) {
-    if (B < 0 || S < 1) fail("a (" + std::to_string(B) + ", " + std::to_string(S) + ") source batch");
+    if (B < 0 || S < 1) fail("translate_batch", "a (" + std::to_string(B) + ", " + std::to_string(S) + ") source batch");
     if (static_cast<std::int64_t>(src.size()) != B * S)
-        fail(std::to_string(src.size()) + " source ids for a (" + std::to_string(B) + ", " + std::to_string(S) + ") batch");
-    if (o.beam < 1) fail("beam must be at least 1, got " + std::to_string(o.beam));
-    if (!std::isfinite(o.length_penalty)) fail("length_penalty must be a finite number");
+        fail("translate_batch", std::to_string(src.size()) + " source ids for a (" + std::to_string(B) + ", " + std::to_string(S) + ") batch");
+    if (o.beam < 1) fail("translate_batch", "beam must be at least 1, got " + std::to_string(o.beam));
+    if (!std::isfinite(o.length_penalty)) fail("translate_batch", "length_penalty must be a finite number");
     if (!(o.max_len_ratio >= 0) || o.max_len_abs < 0)
-        fail("max_len_abs and max_len_ratio must not be negative, got " + std::to_string(o.max_len_abs) + " and " +
+        fail("translate_batch", "max_len_abs and max_len_ratio must not be negative, got " + std::to_string(o.max_len_abs) + " and " +
              std::to_string(o.max_len_ratio));
-    if (o.force_steps < 0) fail("force_steps must not be negative, got " + std::to_string(o.force_steps));
-    if (o.force_steps > 0 && o.beam != 1) fail("force_steps needs beam 1 (greedy), got beam " + std::to_string(o.beam));
+    if (o.force_steps < 0) fail("translate_batch", "force_steps must not be negative, got " + std::to_string(o.force_steps));
+    if (o.force_steps > 0 && o.beam != 1) fail("translate_batch", "force_steps needs beam 1 (greedy), got beam " + std::to_string(o.beam));
     if (o.force_steps > model.config.max_len)
-        fail("force_steps " + std::to_string(o.force_steps) + " is beyond the model's max_len " +
+        fail("translate_batch", "force_steps " + std::to_string(o.force_steps) + " is beyond the model's max_len " +
              std::to_string(model.config.max_len));
     OutputLengths p;
     p.cap.resize(B);
@@ -438,7 +438,7 @@ std::vector<Translation> greedy_search(Transformer& model, const std::vector<std
 
 std::vector<Translation> beam_search(Transformer& model, const std::vector<std::int32_t>& src, std::int64_t B,
                                      std::int64_t S, const DecodeOptions& options) {
-    if (options.force_steps > 0) fail("force_steps is for greedy decoding only");
+    if (options.force_steps > 0) fail("translate_batch", "force_steps is for greedy decoding only");
     return translate_with(model, src, B, S, options, run_beam);
 }
 

@@ -1322,3 +1322,43 @@ TEST_CASE("train: a state.json naming files other than the run's checkpoints is 
     CHECK(read_all(out + "/notes.txt") == "mine\n");
     CHECK(of_type(read_metrics(out), "train").size() == 2);
 }
+
+TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume); --keep-every keeps those checkpoints",
+          "[train][heads]") {
+    Corpus corpus(180, 20);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "straight");
+    c.max_steps = 9;
+    c.log_heads_every = 3;
+    c.keep_every = 3;
+    c.keep = 1;
+    c.checkpoint_every = 2;
+    train_quietly(c);
+    const auto lines = split_lines(read_all(tmp / "straight" + "/heads.jsonl"));
+    REQUIRE(lines.size() == 3);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        const json j = json::parse(lines[i]);
+        CHECK(j.at("step") == 3 * int(i + 1));
+        CHECK_THAT(j.at("measured").get<std::string>(), Catch::Contains("dropout and label smoothing on"));
+        REQUIRE(j.at("heads").size() == 6);  // E, D, A × 1 layer × 2 heads
+        for (int layer = 0; layer < 3; ++layer) {  // importance normalised over each attention's 2 heads
+            const double a = j.at("heads")[2 * layer].at("importance"), b = j.at("heads")[2 * layer + 1].at("importance");
+            CHECK(a * a + b * b == Approx(1.0));
+        }
+        CHECK(j.at("heads")[0].at("entropy").get<double>() > 0);
+    }
+    // --keep 1 rotates the every-2 checkpoints; steps 3, 6 and 9 stay for good.
+    for (int step : {3, 6, 9}) CHECK(fs::exists(tmp / "straight" + "/" + checkpoint_name(step)));
+    for (int step : {2, 4, 8}) CHECK_FALSE(fs::exists(tmp / "straight" + "/" + checkpoint_name(step)));
+
+    c.out_dir = tmp / "split";
+    c.max_steps = 5;
+    train_quietly(c);
+    tf::TrainConfig resume;
+    resume.out_dir = tmp / "split";
+    resume.resume = true;
+    resume.max_steps = 9;
+    resume.threads = 1;
+    train_quietly(resume);
+    CHECK(read_all(tmp / "split" + "/heads.jsonl") == read_all(tmp / "straight" + "/heads.jsonl"));
+}

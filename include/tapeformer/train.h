@@ -57,6 +57,10 @@ struct TrainConfig {
     std::int64_t valid_every = 1000;   // steps between validations (0 = only at the end of each epoch)
     std::int64_t checkpoint_every = 1000;  // steps between checkpoints (always one at the end)
     int keep = 3;                      // step checkpoints kept in DIR/checkpoints
+    std::int64_t keep_every = 0;       // also keep every N-th step's checkpoint for good (0 = none), so
+                                       // that heads, eval, ... can be run across training
+    std::int64_t log_heads_every = 0;  // steps between DIR/heads.jsonl entries (0 = none): per-head batch
+                                       // importance, gradient norms and attention entropy of that step
     bool valid_bleu = true;            // validation also decodes (greedy) and scores BLEU; best = highest BLEU
     std::int64_t valid_bleu_sentences = 0;  // decode only the first N validation sentences (0 = all)
 

@@ -78,7 +78,8 @@ std::string to_toml(const TrainConfig& c) {
         {"max-steps", std::to_string(c.max_steps)}, {"epochs", std::to_string(c.epochs)},
         {"time-budget", num(c.time_budget_minutes)}, {"log-every", std::to_string(c.log_every)},
         {"valid-every", std::to_string(c.valid_every)}, {"checkpoint-every", std::to_string(c.checkpoint_every)},
-        {"keep", std::to_string(c.keep)}, {"valid-bleu", c.valid_bleu ? "true" : "false"},
+        {"keep", std::to_string(c.keep)}, {"keep-every", std::to_string(c.keep_every)},
+        {"log-heads-every", std::to_string(c.log_heads_every)}, {"valid-bleu", c.valid_bleu ? "true" : "false"},
         {"valid-bleu-sentences", std::to_string(c.valid_bleu_sentences)}};
     std::string out = "# tapeformer train: the resolved settings of this run.\n"
                       "# Repeat it with: tapeformer train --config config.toml --out NEWDIR\n";
@@ -190,6 +191,13 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--checkpoint-every", c->checkpoint_every, "Steps between checkpoints")
         ->check(number_above(0, true))->capture_default_str()->group(run);
     cmd->add_option("--keep", c->keep, "Step checkpoints to keep")->check(number_above(0, true))->capture_default_str()->group(run);
+    cmd->add_option("--keep-every", c->keep_every, "Also keep every N-th step's checkpoint for good (0 = none), to study the\n"
+                                                   "model across training (`tapeformer heads` on each)")
+        ->check(number_above(0, false))->capture_default_str()->group(run);
+    cmd->add_option("--log-heads-every", c->log_heads_every,
+                    "Every N steps append per-head batch importance, gradient norms and attention entropy of that\n"
+                    "step to DIR/heads.jsonl (measured with dropout and label smoothing on; no extra pass; 0 = off)")
+        ->check(number_above(0, false))->capture_default_str()->group(run);
     cmd->add_flag("--valid-bleu,!--no-valid-bleu", c->valid_bleu, "Decode the validation set (greedy) and pick the best model by BLEU")
         ->group(run);
     cmd->add_option("--valid-bleu-sentences", c->valid_bleu_sentences, "Decode only the first N validation sentences (0 = all)")

@@ -257,14 +257,7 @@ ParamList Transformer::parameters() const {
 
 std::int64_t Transformer::parameter_count() const {
     std::int64_t n = 0;
-    std::vector<Tensor> seen;
-    for (const auto& p : parameters()) {
-        bool shared = false;
-        for (const Tensor& s : seen) shared = shared || s.same_storage(p.tensor);
-        if (shared) continue;
-        seen.push_back(p.tensor);
-        n += p.tensor.numel();
-    }
+    for (const auto& p : unique_parameters(parameters())) n += p.tensor.numel();
     return n;
 }
 

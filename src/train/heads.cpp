@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/data/text.h"
@@ -157,7 +158,7 @@ void accumulate(Attention& at, const Batch& b, Granularity granularity) {
     const std::int64_t B = b.B, H = m.H;
     const bool self = at.kind != HeadKind::A;
     const std::int64_t Tq = at.kind == HeadKind::E ? b.S : b.T, Tk = at.kind == HeadKind::D ? b.T : b.S;
-    const real* g = at.gate.grad();                // (B, H, Tq, 1)
+    const real* g = at.gate.defined() ? std::as_const(at.gate).grad() : nullptr;  // (B, H, Tq, 1), or none
     const real* w = m.last_weights.data();         // (B, H, Tq, Tk)
     for (std::int64_t h = 0; h < H; ++h) {
         HeadSums& s = at.sums[std::size_t(h)];

@@ -29,6 +29,7 @@
 #include "tapeformer/data/text.h"
 #include "tapeformer/data/vocab.h"
 #include "tapeformer/evaluate.h"
+#include "tapeformer/heads.h"
 #include "tapeformer/io.h"
 
 TF_NAMESPACE_BEGIN
@@ -83,6 +84,7 @@ void TrainConfig::validate() const {
     if (!(optim.label_smoothing >= 0 && optim.label_smoothing < 1))
         fail("train: --label-smoothing must be in [0, 1), got " + std::to_string(optim.label_smoothing));
     if (optim.clip < 0) fail("train: --clip must not be negative");
+    if (keep_every < 0 || log_heads_every < 0) fail("train: --keep-every and --log-heads-every must not be negative");
     if (log_every < 1 || checkpoint_every < 1 || valid_every < 0 || keep < 1 ||
         resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
         resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
@@ -109,7 +111,8 @@ std::string to_json(const TrainConfig& c) {
                   {"total_steps", s.total_steps}, {"min_lr", s.min_lr}};
     j["seed"] = c.seed;
     j["stop"] = {{"max_steps", c.max_steps}, {"epochs", c.epochs}, {"time_budget_minutes", c.time_budget_minutes}};
-    j["every"] = {{"log", c.log_every}, {"valid", c.valid_every}, {"checkpoint", c.checkpoint_every}, {"keep", c.keep}};
+    j["every"] = {{"log", c.log_every}, {"valid", c.valid_every}, {"checkpoint", c.checkpoint_every}, {"keep", c.keep},
+                  {"keep_every", c.keep_every}, {"heads", c.log_heads_every}};
     j["valid_bleu"] = c.valid_bleu;
     j["valid_bleu_sentences"] = c.valid_bleu_sentences;
     j["format"] = kCheckpointFormat;
@@ -157,6 +160,8 @@ TrainConfig train_config_from_json(const std::string& text) {
         c.valid_every = j.at("every").at("valid");
         c.checkpoint_every = j.at("every").at("checkpoint");
         c.keep = j.at("every").at("keep");
+        c.keep_every = j.at("every").value("keep_every", std::int64_t(0));  // absent in runs of older versions
+        c.log_heads_every = j.at("every").value("heads", std::int64_t(0));
         c.valid_bleu = j.at("valid_bleu");
         c.valid_bleu_sentences = j.at("valid_bleu_sentences");
     } catch (const std::exception& e) {
@@ -297,7 +302,7 @@ void write_manifest(const std::string& dir, const Manifest& m, const TrainState&
 // The files a training run writes in its directory, besides checkpoints/step-N.safetensors. --force deletes
 // these and nothing else: a user's own files in the directory (or in checkpoints/) stay.
 const char* const kRunFiles[] = {"run.json",  "config.toml",     "state.json",      "model.safetensors",
-                                 "metrics.jsonl", "vocab.txt",   "spm.model",       "src.vocab.txt",
+                                 "metrics.jsonl", "heads.jsonl", "vocab.txt", "spm.model", "src.vocab.txt",
                                  "src.spm.model", "tgt.vocab.txt", "tgt.spm.model"};
 const char* kLockFile = "train.lock";
 
@@ -407,6 +412,7 @@ private:
     void prepare_directory();  // the run's settings (--resume: run.json, and which checkpoint to continue)
     void prepare_data();       // the corpus read and the tokenizer trained, in memory
     void build_model();        // the model, and with --resume its checkpoint loaded
+    void log_heads(const Batch& b, const LossReport& report);
     void start_writing();      // only now: --force's deletions, the tokenizer, run.json, metrics.jsonl
     void lock_directory();
     std::string resume_checkpoint();
@@ -436,6 +442,7 @@ private:
     TrainState state_;
     Manifest manifest_;
     std::ofstream metrics_;
+    std::ofstream heads_log_;  // heads.jsonl, with --log-heads-every
     TrainResult result_;
 
     // Accumulated since the last log line.
@@ -659,6 +666,12 @@ void Trainer::start_writing() {
     if (c_.resume) truncate_metrics(metrics, state_.step);  // a resumed run continues from its checkpoint's step
     metrics_.open(metrics, std::ios::app);
     if (!metrics_) throw std::runtime_error("cannot write '" + metrics + "'");
+    if (c_.log_heads_every) {
+        const std::string heads = (fs::path(dir_) / "heads.jsonl").string();
+        if (c_.resume) truncate_metrics(heads, state_.step);
+        heads_log_.open(heads, std::ios::app);
+        if (!heads_log_) throw std::runtime_error("cannot write '" + heads + "'");
+    }
 }
 
 void Trainer::write_metrics(const nlohmann::json& j) {
@@ -667,12 +680,32 @@ void Trainer::write_metrics(const nlohmann::json& j) {
     if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
 }
 
+// One heads.jsonl line: what measure_training_step (heads.h) reads off this step's gradients and weights.
+void Trainer::log_heads(const Batch& b, const LossReport& report) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (const HeadStats& h : measure_training_step(*model_, b))
+        heads.push_back({{"head", h.id.str()}, {"importance", h.importance}, {"importance_raw", h.importance_raw},
+                         {"grad_wq", h.grad_wq}, {"grad_wk", h.grad_wk}, {"grad_wv", h.grad_wv}, {"grad_wo", h.grad_wo},
+                         {"entropy", h.entropy}, {"entropy_normalised", h.entropy_normalised}});
+    const nlohmann::json j = {{"step", state_.step}, {"epoch", state_.epoch + 1}, {"tokens", report.tokens},
+                              {"loss", report.loss},
+                              {"measured", "this training step's batch, dropout and label smoothing on; importance = "
+                                           "|<W_o^h, dL/dW_o^h>| of the mean loss, before clipping"},
+                              {"heads", heads}};
+    heads_log_ << j.dump() << "\n";
+    heads_log_.flush();
+    if (!heads_log_) throw std::runtime_error("cannot write '" + dir_ + "/heads.jsonl' (is the disk full?)");
+}
+
 void Trainer::train_step(const Batch& b) {
     const auto t0 = Clock::now();
     ++state_.step;
     const double lr = c_.optim.schedule.lr_at(state_.step);
     LossReport report;
-    Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, Pass{&dropout_rng_});
+    Pass pass{&dropout_rng_};
+    const bool heads_step = c_.log_heads_every && state_.step % c_.log_heads_every == 0;
+    pass.keep_attention = heads_step;  // the attention weights, for the entropy in heads.jsonl
+    Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, pass);
     Tensor loss = sequence_loss(logits, b.target, model_->config.pad_id, real(c_.optim.label_smoothing), &report);
     if (!std::isfinite(report.loss)) {
         std::string where = c_.check_nan ? "; " + first_nonfinite_op() : " (run with --check-nan to find the op)";
@@ -689,6 +722,7 @@ void Trainer::train_step(const Batch& b) {
                                  "; the last checkpoint stays intact");
     }
     tape().clear();
+    if (heads_step) log_heads(b, report);  // before clipping rescales the gradients
     last_grad_norm_ = c_.optim.clip > 0 ? clip_grad_norm(optimizer_->params(), c_.optim.clip) : grad_norm(optimizer_->params());
     optimizer_->step(lr);
     state_.dropout_offset = dropout_rng_.offset;
@@ -813,11 +847,14 @@ void Trainer::checkpoint() {
     }
     write_manifest(dir_, manifest_, state_);  // only now is the new checkpoint the one to resume from
     std::error_code ec;
-    for (const auto& f : dropped) fs::remove(fs::path(dir_) / f, ec);
+    // --keep-every: those steps' checkpoints stay on disk when they leave the rotation.
+    auto kept_for_good = [&](const std::string& f) { return c_.keep_every && checkpoint_step(f) % c_.keep_every == 0; };
+    for (const auto& f : dropped)
+        if (!kept_for_good(f)) fs::remove(fs::path(dir_) / f, ec);
     // Older checkpoints that a kill between state.json and the pruning above left behind.
     const std::int64_t oldest_kept = checkpoint_step(manifest_.kept.front());
     for (const std::string& f : checkpoints_on_disk(dir_))
-        if (checkpoint_step(f) < oldest_kept) fs::remove(fs::path(dir_) / f, ec);
+        if (checkpoint_step(f) < oldest_kept && !kept_for_good(f)) fs::remove(fs::path(dir_) / f, ec);
 }
 
 TrainResult Trainer::run() {
@@ -852,7 +889,7 @@ TrainResult Trainer::run() {
             ++state_.batch_in_epoch;
             log_progress(false);
             if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
-            if (state_.step % c_.checkpoint_every == 0) checkpoint();
+            if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();
             reason = stop_reason();
         }
         if (state_.batch_in_epoch >= static_cast<std::int64_t>(plan.size())) {
