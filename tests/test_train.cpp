@@ -1257,7 +1257,7 @@ TEST_CASE("train: --resume applies --keep, --checkpoint-every, --valid-every and
     // The changes stay in run.json for later resumes; the settings that cannot change, and the stopping
     // rule (extended per call), are as they were.
     const json run = json::parse(read_all(out + "/run.json"));
-    CHECK(run.at("every") == json({{"log", 2}, {"valid", 2}, {"checkpoint", 3}, {"keep", 1}}));
+    CHECK(run.at("every") == json({{"log", 2}, {"valid", 2}, {"checkpoint", 3}, {"keep", 1}, {"keep_every", 0}, {"heads", 0}}));
     CHECK(run.at("seed") == 1);
     CHECK(run.at("stop").at("max_steps") == 2);
     const std::string before = read_all(out + "/run.json");
