@@ -415,3 +415,20 @@ TEST_CASE("heads: translate --mask-heads gives the translations of the masked mo
     CHECK(split_lines(read_all(tmp / "err")).size() == 1);
     CHECK_THAT(read_all(tmp / "err"), Catch::Contains("heads 0..1"));
 }
+
+TEST_CASE("heads: the value norm is ||sum_j a_ij v_j W_o^h||: zero without W_o^h, doubled with 2 W_o^h", "[heads]") {
+    tf::Transformer model(tiny(), 12);
+    const auto data = examples(6, 13);
+    tf::MultiHeadAttention& m = tf::attention_of(model, tf::HeadKind::A, 0);
+    const std::int64_t C = m.C, D = m.D;
+    for (std::int64_t r = 0; r < C; ++r)
+        for (std::int64_t c = 0; c < D; ++c) m.out_proj.weight.data()[r * C + 1 * D + c] = 0;  // head 1's columns
+    const tf::HeadReport before = tf::study_heads(model, data, {});
+    CHECK(find(before, "A:0:1").value_norm == 0);
+    CHECK(find(before, "A:0:2").value_norm > 0);
+    const double v2 = find(before, "A:0:2").value_norm;
+    for (std::int64_t r = 0; r < C; ++r)
+        for (std::int64_t c = 0; c < D; ++c) m.out_proj.weight.data()[r * C + 2 * D + c] *= 2;  // head 2's columns
+    // The head's output o (before W_o) of cross-attention 0 does not depend on W_o of the same layer.
+    CHECK(find(tf::study_heads(model, data, {}), "A:0:2").value_norm == Approx(2 * v2).epsilon(1e-5));
+}

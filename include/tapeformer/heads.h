@@ -78,6 +78,9 @@ struct HeadStats {
     double mean_distance = 0;
     int argmax_offset = 0;
     double argmax_offset_share = 0;
+    // ‖Σ_j a_ij v_j W_o^h‖: the norm of what the head adds to the query's output (Kobayashi et al. 2020),
+    // mean over queries; a head with large weights on small vectors contributes little.
+    double value_norm = 0;
 };
 
 struct HeadReport {

@@ -83,6 +83,7 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
     Tensor weights = softmax(scores, mask);  // (B, H, Tq, Tk), each row sums to 1 over the keys
     if (pass.keep_attention) last_weights = weights;
     Tensor context = matmul(dropout(weights, dropout_p, pass), v);  // (B, H, Tq, D)
+    if (pass.keep_attention) last_context = context;
     if (gate.requires_grad() || !is_all_ones(gate)) context = mul(context, gate);  // ξ_h · head_h
     return out_proj.forward(merge_heads(context));  // (B, Tq, C) @ W_oᵀ
 }

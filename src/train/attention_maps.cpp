@@ -87,14 +87,14 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
     for (int l = 0; l < int(c.enc_layers); ++l) {
         MultiHeadAttention& m = attention_of(model, HeadKind::E, l);
         maps.encoder_self.push_back(per_head(m.last_weights));
-        m.last_weights = Tensor();
+        m.last_weights = m.last_context = Tensor();
     }
     for (int l = 0; l < int(c.dec_layers); ++l) {
         MultiHeadAttention& d = attention_of(model, HeadKind::D, l);
         MultiHeadAttention& a = attention_of(model, HeadKind::A, l);
         maps.decoder_self.push_back(per_head(d.last_weights));
         maps.cross.push_back(per_head(a.last_weights));
-        d.last_weights = a.last_weights = Tensor();
+        d.last_weights = a.last_weights = d.last_context = a.last_context = Tensor();
     }
     return maps;
 }

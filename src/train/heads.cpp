@@ -138,7 +138,7 @@ std::vector<std::vector<std::int64_t>> file_order_batches(const std::vector<Exam
 struct HeadSums {
     double importance = 0;       // Σ |gate gradient| at the granularity's level
     double importance_count = 0; // the N it is divided by
-    double entropy = 0, entropy_normalised = 0, confidence = 0, eos = 0, bos = 0, distance = 0;
+    double entropy = 0, entropy_normalised = 0, confidence = 0, eos = 0, bos = 0, distance = 0, value_norm = 0;
     std::int64_t queries = 0, normalisable = 0;
     std::map<int, std::int64_t> argmax_offsets;
 };
@@ -160,6 +160,9 @@ void accumulate(Attention& at, const Batch& b, Granularity granularity) {
     const std::int64_t Tq = at.kind == HeadKind::E ? b.S : b.T, Tk = at.kind == HeadKind::D ? b.T : b.S;
     const real* g = at.gate.defined() ? std::as_const(at.gate).grad() : nullptr;  // (B, H, Tq, 1), or none
     const real* w = m.last_weights.data();         // (B, H, Tq, Tk)
+    const real* o = m.last_context.data();         // (B, H, Tq, D)
+    const real* wo = m.out_proj.weight.data();     // W_o (C, C): head h owns columns [hD, (h+1)D)
+    const std::int64_t C = m.C, D = m.D;
     for (std::int64_t h = 0; h < H; ++h) {
         HeadSums& s = at.sums[std::size_t(h)];
         double batch_sum = 0;
@@ -191,6 +194,14 @@ void accumulate(Attention& at, const Batch& b, Granularity granularity) {
                     ++s.normalisable;
                 }
                 s.confidence += std::max(best, 0.0);
+                const real* oh = o + ((r * H + h) * Tq + t) * D;  // (D): Σ_j a_ij v_j
+                double norm = 0;
+                for (std::int64_t c = 0; c < C; ++c) {  // (W_o^h o)_c
+                    double y = 0;
+                    for (std::int64_t d = 0; d < D; ++d) y += double(wo[c * C + h * D + d]) * oh[d];
+                    norm += y * y;
+                }
+                s.value_norm += std::sqrt(norm);
                 if (self) ++s.argmax_offsets[int(argmax - t)];
                 ++s.queries;
             }
@@ -253,6 +264,7 @@ void finish(const Attention& at, bool normalise, std::vector<HeadStats>& out) {
         st.eos_share = s.eos / q;
         st.bos_share = s.bos / q;
         st.mean_distance = s.distance / q;
+        st.value_norm = s.value_norm / q;
         for (const auto& [offset, count] : s.argmax_offsets)
             if (double(count) / q > st.argmax_offset_share) {
                 st.argmax_offset = offset;
@@ -292,7 +304,7 @@ std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& ba
                 at.sums[std::size_t(h)].importance_count = 1;
             }
             finish(at, true, out);
-            m.last_weights = Tensor();
+            m.last_weights = m.last_context = Tensor();
         }
     return out;
 }
@@ -346,7 +358,7 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
     }
     for (Attention& at : attentions) {
         at.module->gate = at.saved_gate;
-        at.module->last_weights = Tensor();
+        at.module->last_weights = at.module->last_context = Tensor();
     }
 
     for (const Attention& at : attentions) finish(at, options.normalise, report.heads);
@@ -651,7 +663,7 @@ std::string heads_json(const HeadReport& r) {
             {"grad_norm", {{"wq", s.grad_wq}, {"wk", s.grad_wk}, {"wv", s.grad_wv}, {"wo", s.grad_wo},
                            {"bq", s.grad_bq}, {"bk", s.grad_bk}, {"bv", s.grad_bv}}},
             {"entropy", s.entropy}, {"entropy_normalised", s.entropy_normalised}, {"confidence", s.confidence},
-            {"eos_share", s.eos_share}, {"bos_share", s.bos_share}};
+            {"eos_share", s.eos_share}, {"bos_share", s.bos_share}, {"value_norm", s.value_norm}};
         if (s.id.kind != HeadKind::A) {
             h["mean_distance"] = s.mean_distance;
             h["argmax_offset"] = s.argmax_offset;
@@ -675,14 +687,14 @@ std::string heads_json(const HeadReport& r) {
 std::string heads_csv(const HeadReport& r) {
     std::ostringstream o;
     o << "head,kind,layer,index,importance,importance_raw,grad_wq,grad_wk,grad_wv,grad_wo,grad_bq,grad_bk,grad_bv,"
-         "entropy,entropy_normalised,confidence,eos_share,bos_share,mean_distance,argmax_offset,argmax_offset_share\n";
+         "entropy,entropy_normalised,confidence,eos_share,bos_share,value_norm,mean_distance,argmax_offset,argmax_offset_share\n";
     o.precision(9);
     for (const HeadStats& s : r.heads) {
         const bool self = s.id.kind != HeadKind::A;
         o << s.id.str() << ',' << to_char(s.id.kind) << ',' << s.id.layer << ',' << s.id.head << ',' << s.importance << ','
           << s.importance_raw << ',' << s.grad_wq << ',' << s.grad_wk << ',' << s.grad_wv << ',' << s.grad_wo << ','
           << s.grad_bq << ',' << s.grad_bk << ',' << s.grad_bv << ',' << s.entropy << ',' << s.entropy_normalised << ','
-          << s.confidence << ',' << s.eos_share << ',' << s.bos_share << ',';
+          << s.confidence << ',' << s.eos_share << ',' << s.bos_share << ',' << s.value_norm << ',';
         if (self) o << s.mean_distance << ',' << s.argmax_offset << ',' << s.argmax_offset_share;
         else o << ",,";
         o << '\n';

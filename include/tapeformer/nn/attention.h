@@ -71,6 +71,7 @@ struct MultiHeadAttention {
     real dropout_p = 0;     // on the attention weights
     Tensor gate;            // ξ (1, H, 1, 1): not a parameter; set_requires_grad(true) to get ∂L/∂ξ
     Tensor last_weights;    // (B, H, Tq, Tk), kept when the pass asks for it (Tk = the cache's capacity with a cache)
+    Tensor last_context;    // (B, H, Tq, D): each head's output Σ_j a_ij v_j before its gate, kept with last_weights
 
     MultiHeadAttention() = default;
     MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout);
