@@ -1350,6 +1350,16 @@ TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume)
     // --keep 1 rotates the every-2 checkpoints; steps 3, 6 and 9 stay for good.
     for (int step : {3, 6, 9}) CHECK(fs::exists(tmp / "straight" + "/" + checkpoint_name(step)));
     for (int step : {2, 4, 8}) CHECK_FALSE(fs::exists(tmp / "straight" + "/" + checkpoint_name(step)));
+    // Every command's --model takes such a checkpoint: its weights, with the run's tokenizers.
+    const std::string step3 = tmp / "straight" + "/" + checkpoint_name(3);
+    const tf::ModelBundle at3 = tf::load_model_dir(step3);
+    CHECK(at3.dir == tmp / "straight");
+    const tf::SafetensorsFile file = tf::load_safetensors(step3);
+    for (const auto& p : at3.model->parameters()) {
+        INFO(p.name);
+        CHECK(p.tensor.to_vector() == file.tensors.at(p.name).values);
+    }
+    CHECK_THROWS_WITH(tf::load_model_dir(tmp / "straight" + "/run.json"), Catch::Contains("DIR/checkpoints/step-N.safetensors"));
 
     c.out_dir = tmp / "split";
     c.max_steps = 5;

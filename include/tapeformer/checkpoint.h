@@ -73,6 +73,8 @@ struct ModelBundle {
 // its checkpoints: then the weights of the newest one are used, and `note` says so. Errors (missing
 // directory or files, a corrupted or truncated file, another format version, a tokenizer that does not
 // match the model's vocabulary) are one std::runtime_error line naming the path and what to do.
-ModelBundle load_model_dir(const std::string& dir);
+// `path` may also be one of the run's checkpoints, DIR/checkpoints/step-N.safetensors: its weights, with DIR's
+// tokenizers (so that every command can be run on the checkpoints --keep-every keeps).
+ModelBundle load_model_dir(const std::string& path);
 
 TF_NAMESPACE_END

@@ -170,29 +170,38 @@ TrainState load_training_checkpoint(const std::string& path, Transformer& model,
     return state;
 }
 
-ModelBundle load_model_dir(const std::string& dir) {
+ModelBundle load_model_dir(const std::string& path) {
     std::error_code ec;
+    // A checkpoint of a run (kept with --keep-every, say) stands for the run at that step: its weights, the
+    // run's tokenizers.
+    const bool checkpoint_given = fs::is_regular_file(path, ec);
+    const fs::path given(path);
+    if (checkpoint_given && (given.extension() != ".safetensors" || given.parent_path().filename() != "checkpoints"))
+        throw std::runtime_error("--model '" + path + "' is a file; expected a model directory or one of its "
+                                 "checkpoints, DIR/checkpoints/step-N.safetensors");
+    const std::string dir = checkpoint_given ? given.parent_path().parent_path().string() : path;
     if (!fs::is_directory(dir, ec))
         throw std::runtime_error("model directory '" + dir + "' does not exist (train one with: tapeformer train --out " + dir + " ...)");
     std::string weights_path = (fs::path(dir) / "model.safetensors").string();
     ModelBundle bundle;
     bundle.dir = dir;
     SafetensorsFile file;
-    if (fs::exists(weights_path, ec)) {
+    if (!checkpoint_given && fs::exists(weights_path, ec)) {
         file = load_safetensors(weights_path);
         check_format(file, "model");
     } else {
-        // A run killed before it wrote model.safetensors: its newest checkpoint holds the weights.
+        // A checkpoint asked for, or a run killed before it wrote model.safetensors: its newest checkpoint.
         const std::vector<std::string> checkpoints = checkpoints_on_disk(dir);
-        if (checkpoints.empty())
+        if (!checkpoint_given && checkpoints.empty())
             throw std::runtime_error("'" + dir + "' holds no model.safetensors and no checkpoints/step-N.safetensors: "
                                      "is it a tapeformer model directory? (training writes both at its first checkpoint)");
-        weights_path = (fs::path(dir) / checkpoints.back()).string();
+        weights_path = checkpoint_given ? path : (fs::path(dir) / checkpoints.back()).string();
         const SafetensorsFile checkpoint = load_safetensors(weights_path);
         check_format(checkpoint, "training checkpoint");
         file = split_checkpoint(checkpoint).first;
         file.metadata = checkpoint.metadata;
-        bundle.note = "'" + dir + "' holds no model.safetensors; using the weights of its newest checkpoint, " + weights_path;
+        if (!checkpoint_given)
+            bundle.note = "'" + dir + "' holds no model.safetensors; using the weights of its newest checkpoint, " + weights_path;
     }
     ModelConfig config;
     try {
