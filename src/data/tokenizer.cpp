@@ -3,6 +3,8 @@
 // files are written and the model bytes go straight into spm.model.
 #include "tapeformer/data/tokenizer.h"
 
+#include "tapeformer/io.h"
+
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -62,13 +64,6 @@ std::string read_binary_file(const std::string& path) {
     return bytes;
 }
 
-void write_binary_file(const std::string& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write '" + path + "': write failed");
-}
 
 void make_dir(const std::string& dir) {
     std::error_code ec;
@@ -237,7 +232,7 @@ std::string SentencePieceTokenizer::id_to_piece(std::int32_t id) const {
 
 void SentencePieceTokenizer::save(const std::string& dir, const std::string& prefix) const {
     make_dir(dir);
-    write_binary_file((fs::path(dir) / (prefix + kSentencePieceFile)).string(), serialized_);
+    write_file_atomic((fs::path(dir) / (prefix + kSentencePieceFile)).string(), serialized_);
 }
 
 // ---- TokenizerPair ----

@@ -1,6 +1,8 @@
 // Vocabulary: count words, sort by (count desc, word asc), keep the head; save and load as one piece per line.
 #include "tapeformer/data/vocab.h"
 
+#include "tapeformer/io.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -81,11 +83,9 @@ const std::string& Vocab::piece(std::int32_t id) const {
 bool Vocab::contains(std::string_view piece) const { return ids_.count(std::string(piece)) > 0; }
 
 void Vocab::save(const std::string& path) const {
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
-    for (const std::string& piece : pieces_) out << piece << '\n';
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write '" + path + "': write failed");
+    std::string text;
+    for (const std::string& piece : pieces_) text += piece + '\n';
+    write_file_atomic(path, text);  // a kill mid-write leaves the old file or the new one, never half of one
 }
 
 Vocab Vocab::load(const std::string& path) {
