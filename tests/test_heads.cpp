@@ -356,7 +356,7 @@ TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps
 
     tf::PruneOptions opt;
     opt.step = 0.5;
-    const auto curve = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, examples, src, ref, opt);
+    const auto curve = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, src, ref, opt);
     REQUIRE(curve.size() == 3);  // 0, 3 and 6 of the 6 heads
     CHECK(curve[0].masked.empty());
     CHECK(curve[1].masked.size() == 3);
@@ -376,16 +376,16 @@ TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps
     opt.keep_one_per_layer = true;
     opt.order = tf::PruneOrder::random;
     opt.step = 1.0 / 6;
-    const auto kept = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, {}, {}, {}, opt);
+    const auto kept = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, {}, {}, opt);
     REQUIRE(kept.size() == 4);  // 0..3 masked: one head of each of the 3 attentions stays
     for (const char* kind : {"E", "D", "A"}) {
         int masked = 0;
         for (const auto& h : kept.back().masked) masked += h.str().rfind(kind, 0) == 0;
         CHECK(masked == 1);
     }
-    const auto again = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, {}, {}, {}, opt);
+    const auto again = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, {}, {}, opt);
     for (std::size_t i = 0; i < kept.size(); ++i) CHECK(again[i].masked == kept[i].masked);  // seeded
-    CHECK_THROWS_WITH(tf::prune_heads(*bundle.model, bundle.tokenizers, src, {}, examples, src, ref, opt),
+    CHECK_THROWS_WITH(tf::prune_heads(*bundle.model, bundle.tokenizers, src, {}, src, ref, opt),
                       Catch::Contains("30 source lines but 0"));
 }
 

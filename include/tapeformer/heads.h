@@ -166,15 +166,15 @@ struct PrunePoint {
     double bleu = 0, nll = 0;      // on the evaluation pairs (NLL: mean per target token, teacher-forced)
 };
 
-// Ranks the heads on the importance pairs (`rank_examples`; order ablation translates rank_src/rank_ref),
+// Ranks the heads on the importance pairs rank_src/rank_ref (not read by order random),
 // least important first — importance: normalised importance; ablation: the BLEU lost when that head alone
 // is masked; entropy: the highest normalised attention entropy first; random: a seeded shuffle — and
 // masks them in steps, scoring BLEU and NLL on the evaluation pairs after each step. The first point is
 // the unpruned model. The model's gates are restored afterwards.
 std::vector<PrunePoint> prune_heads(Transformer& model, const TokenizerPair& tokenizers,
                                     const std::vector<std::string>& eval_src, const std::vector<std::string>& eval_ref,
-                                    const std::vector<Example>& rank_examples, const std::vector<std::string>& rank_src,
-                                    const std::vector<std::string>& rank_ref, const PruneOptions& options,
+                                    const std::vector<std::string>& rank_src, const std::vector<std::string>& rank_ref,
+                                    const PruneOptions& options,
                                     const std::function<void(const PrunePoint&)>& on_point = nullptr);
 
 std::string heads_json(const HeadReport& report);   // one object: settings, totals, "heads": [...]

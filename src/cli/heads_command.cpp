@@ -145,24 +145,11 @@ void add_prune_command(CLI::App* heads) {
                          }(),
                          model.config))
                     p.kinds.push_back(h.kind);
-            std::vector<Example> rank_examples;
-            if (!imp_src.empty()) {
-                ParallelText text;
-                if (imp_src.size() != imp_tgt.size())
-                    throw std::runtime_error("--imp-src has " + std::to_string(imp_src.size()) + " lines but --imp-tgt " +
-                                             std::to_string(imp_tgt.size()));
-                for (std::size_t i = 0; i < imp_src.size(); ++i)
-                    if (!trim(imp_src[i]).empty() && !trim(imp_tgt[i]).empty()) {
-                        text.source.emplace_back(trim(imp_src[i]));
-                        text.target.emplace_back(trim(imp_tgt[i]));
-                    }
-                rank_examples = encode_parallel(text, bundle.tokenizers, std::int32_t(model.config.max_len - 1)).examples;
-            }
             std::cout << "model " << dir << ": order " << to_string(p.order) << ", step " << p.step * 100 << "%"
                       << (p.recompute ? ", recomputed after each step" : "") << "\n";
             std::printf("  %8s %7s %8s %8s   %s\n", "pruned", "heads", "BLEU", "NLL", "masked in this step");
             std::size_t shown = 0;
-            const auto curve = prune_heads(model, bundle.tokenizers, src, ref, rank_examples, imp_src, imp_tgt, p,
+            const auto curve = prune_heads(model, bundle.tokenizers, src, ref, imp_src, imp_tgt, p,
                                            [&](const PrunePoint& point) {
                                                std::string added;
                                                for (std::size_t i = shown; i < point.masked.size(); ++i)

@@ -384,6 +384,23 @@ BleuScore sum_stats(const std::vector<BleuScore>& sentences, const std::vector<s
     return bleu_from_stats(counts, totals, sys_len, ref_len);
 }
 
+// Non-empty pairs, trimmed.
+std::pair<std::vector<std::string>, std::vector<std::string>> scorable_pairs(const std::vector<std::string>& src,
+                                                                             const std::vector<std::string>& ref,
+                                                                             const char* what) {
+    if (src.size() != ref.size())
+        throw std::invalid_argument(std::string(what) + ": " + std::to_string(src.size()) + " source lines but " +
+                                    std::to_string(ref.size()) + " reference lines");
+    std::pair<std::vector<std::string>, std::vector<std::string>> out;
+    for (std::size_t i = 0; i < src.size(); ++i)
+        if (!trim(src[i]).empty() && !trim(ref[i]).empty()) {
+            out.first.emplace_back(trim(src[i]));
+            out.second.emplace_back(trim(ref[i]));
+        }
+    if (out.first.empty()) throw std::invalid_argument(std::string(what) + ": no line pair with both sides non-empty");
+    return out;
+}
+
 std::vector<BleuScore> sentence_stats(const std::vector<std::string>& hyps, const std::vector<std::string>& refs) {
     std::vector<BleuScore> out;
     out.reserve(hyps.size());
@@ -420,16 +437,7 @@ AblationReport ablate_heads(Transformer& model, const TokenizerPair& tokenizers,
                             const std::vector<std::string>& ref_lines, const DecodeOptions& decode,
                             std::int64_t batch_tokens, int samples, double alpha, std::uint64_t seed,
                             const std::function<void(int, int)>& progress) {
-    if (src_lines.size() != ref_lines.size())
-        throw std::invalid_argument("heads ablate: " + std::to_string(src_lines.size()) + " source lines but " +
-                                    std::to_string(ref_lines.size()) + " reference lines");
-    std::vector<std::string> src, ref;
-    for (std::size_t i = 0; i < src_lines.size(); ++i)
-        if (!trim(src_lines[i]).empty() && !trim(ref_lines[i]).empty()) {
-            src.emplace_back(trim(src_lines[i]));
-            ref.emplace_back(trim(ref_lines[i]));
-        }
-    if (src.empty()) throw std::invalid_argument("heads ablate: no line pair with both sides non-empty");
+    const auto [src, ref] = scorable_pairs(src_lines, ref_lines, "heads ablate");
     std::vector<Tensor> saved;  // the model's gates, restored at the end
     for (auto& [name, m] : model.attentions()) saved.push_back(m->gate);
 
@@ -539,29 +547,12 @@ namespace {
 
 bool contains(const std::vector<HeadId>& list, const HeadId& h) { return std::find(list.begin(), list.end(), h) != list.end(); }
 
-// Non-empty pairs, trimmed.
-std::pair<std::vector<std::string>, std::vector<std::string>> scorable_pairs(const std::vector<std::string>& src,
-                                                                             const std::vector<std::string>& ref,
-                                                                             const char* what) {
-    if (src.size() != ref.size())
-        throw std::invalid_argument(std::string(what) + ": " + std::to_string(src.size()) + " source lines but " +
-                                    std::to_string(ref.size()) + " reference lines");
-    std::pair<std::vector<std::string>, std::vector<std::string>> out;
-    for (std::size_t i = 0; i < src.size(); ++i)
-        if (!trim(src[i]).empty() && !trim(ref[i]).empty()) {
-            out.first.emplace_back(trim(src[i]));
-            out.second.emplace_back(trim(ref[i]));
-        }
-    if (out.first.empty()) throw std::invalid_argument(std::string(what) + ": no line pair with both sides non-empty");
-    return out;
-}
-
 }  // namespace
 
 std::vector<PrunePoint> prune_heads(Transformer& model, const TokenizerPair& tokenizers,
                                     const std::vector<std::string>& eval_src, const std::vector<std::string>& eval_ref,
-                                    const std::vector<Example>& rank_examples, const std::vector<std::string>& rank_src,
-                                    const std::vector<std::string>& rank_ref, const PruneOptions& opt,
+                                    const std::vector<std::string>& rank_src, const std::vector<std::string>& rank_ref,
+                                    const PruneOptions& opt,
                                     const std::function<void(const PrunePoint&)>& on_point) {
     if (!(opt.step > 0 && opt.step <= 1)) throw std::invalid_argument("heads prune: --step must be in (0, 100%]");
     if (!(opt.stop_below >= 0 && opt.stop_below <= 1)) throw std::invalid_argument("heads prune: --stop-below must be in [0, 1]");
@@ -570,11 +561,16 @@ std::vector<PrunePoint> prune_heads(Transformer& model, const TokenizerPair& tok
     text.source = src;
     text.target = ref;
     const EncodedCorpus encoded = encode_parallel(text, tokenizers, std::int32_t(model.config.max_len - 1));
-    std::vector<std::string> ablation_src, ablation_ref;
-    if (opt.order == PruneOrder::ablation)
+    std::vector<std::string> ablation_src, ablation_ref;  // the ranking pairs (all but order random)
+    std::vector<Example> rank_examples;
+    if (opt.order != PruneOrder::random) {
         std::tie(ablation_src, ablation_ref) = scorable_pairs(rank_src, rank_ref, "heads prune (importance pairs)");
-    else if (opt.order != PruneOrder::random && rank_examples.empty())
-        throw std::invalid_argument("heads prune: no importance pairs to rank the heads on");
+        ParallelText pairs;
+        pairs.source = ablation_src;
+        pairs.target = ablation_ref;
+        rank_examples = encode_parallel(pairs, tokenizers, std::int32_t(model.config.max_len - 1)).examples;
+        if (rank_examples.empty()) throw std::invalid_argument("heads prune: no importance pair fits the model's positions");
+    }
 
     const std::vector<HeadKind> kinds = opt.kinds.empty() ? std::vector<HeadKind>(std::begin(kKinds), std::end(kKinds)) : opt.kinds;
     std::vector<HeadId> prunable;

@@ -59,6 +59,12 @@ ModelSummary summarize(const Transformer& model, std::int64_t B, std::int64_t S,
         s.rows.push_back({depth, std::move(name), std::move(kind), out, params, shared, mult_adds});
         return s.rows.size() - 1;
     };
+    auto add_parts = [&](std::size_t layer) {  // a layer's totals are those of the rows after it
+        for (std::size_t r = layer + 1; r < s.rows.size(); ++r) {
+            s.rows[layer].params += s.rows[r].params;
+            s.rows[layer].mult_adds += s.rows[r].mult_adds;
+        }
+    };
     row(0, "", "Transformer", Shape{B, T, V}, 0, 0);
 
     row(1, "encoder.embedding", "Embedding", Shape{B, S, C}, model.src_embed.weight.numel(), 0);
@@ -76,10 +82,7 @@ ModelSummary summarize(const Transformer& model, std::int64_t B, std::int64_t S,
         row(2, p + ".norm1", "LayerNorm", Shape{B, S, C}, 2 * C, 0);
         row(2, p + ".linear1+linear2", "FeedForward", Shape{B, S, C}, params_of(l.ff), ffn_mult_adds(l.ff, B * S));
         row(2, p + ".norm2", "LayerNorm", Shape{B, S, C}, 2 * C, 0);
-        for (std::size_t r = layer + 1; r < s.rows.size(); ++r) {
-            s.rows[layer].params += s.rows[r].params;
-            s.rows[layer].mult_adds += s.rows[r].mult_adds;
-        }
+        add_parts(layer);
     }
     if (c.norm == NormPosition::Pre) row(1, "encoder.norm", "LayerNorm", Shape{B, S, C}, 2 * C, 0);
 
@@ -97,10 +100,7 @@ ModelSummary summarize(const Transformer& model, std::int64_t B, std::int64_t S,
         row(2, p + ".norm2", "LayerNorm", Shape{B, T, C}, 2 * C, 0);
         row(2, p + ".linear1+linear2", "FeedForward", Shape{B, T, C}, params_of(l.ff), ffn_mult_adds(l.ff, B * T));
         row(2, p + ".norm3", "LayerNorm", Shape{B, T, C}, 2 * C, 0);
-        for (std::size_t r = layer + 1; r < s.rows.size(); ++r) {
-            s.rows[layer].params += s.rows[r].params;
-            s.rows[layer].mult_adds += s.rows[r].mult_adds;
-        }
+        add_parts(layer);
     }
     if (c.norm == NormPosition::Pre) row(1, "decoder.norm", "LayerNorm", Shape{B, T, C}, 2 * C, 0);
     row(1, "generator", "Linear, no bias", Shape{B, T, V}, model.generator.numel(), B * T * C * V, c.tie != Tying::None);
