@@ -1,5 +1,5 @@
 // The third tier of tests: end to end, a model must learn. The copy task (data/tasks.h, the Annotated
-// Transformer's: 10 symbols from 1..10) is generated, a 1+1-layer model is trained for 400 steps — a few
+// Transformer's: 10 symbols from 1..10) is generated, a 1+1-layer model is trained for 1000 steps — several
 // seconds — and must then copy every one of 500 held-out sequences exactly, by greedy decoding. A bug
 // anywhere on the path (data, masks, attention, a gradient, the optimizer, the schedule, decoding) shows up
 // here as sequences that come out wrong, even when each part passes its own test.
@@ -18,7 +18,7 @@
 
 using namespace tf_test;
 
-TEST_CASE("learns: a 1+1-layer model learns the copy task to exact match in 400 steps", "[learns][train]") {
+TEST_CASE("learns: a 1+1-layer model learns the copy task to exact match in 1000 steps", "[learns][train]") {
     TempDir tmp;
     auto task = tf::SequenceTaskOptions::defaults_for(tf::SequenceTask::copy);
     task.valid = task.test = 500;
@@ -40,7 +40,7 @@ TEST_CASE("learns: a 1+1-layer model learns the copy task to exact match in 400 
     c.optim.schedule.kind = tf::ScheduleKind::Noam;
     c.optim.schedule.lr = 1.0;
     c.optim.schedule.warmup = 200;
-    c.max_steps = 400;  // exact at 300 on an AMD EPYC; 400 leaves room for other kernels' rounding
+    c.max_steps = 1000;  // exact from 300 (Release) and 700 (sanitizer build, no -march=native) on an AMD EPYC
     c.log_every = 100;
     c.checkpoint_every = 1000;
     c.valid_every = 0;
