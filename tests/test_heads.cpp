@@ -52,6 +52,17 @@ const tf::HeadStats& find(const tf::HeadReport& r, const std::string& name) {
     return r.heads.front();
 }
 
+// A 1+1-layer model (C 16, 2 heads) trained by the CLI for `steps` steps on data/toy/valid; returns its dir.
+std::string train_tiny_model(const TempDir& tmp, int steps) {
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/", model = tmp / "model";
+    const std::string train = shell_quote(TF_CLI) + " --threads 1 train --train-src " + shell_quote(toy + "valid.src") +
+                              " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                              " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --layers 1 --max-steps " +
+                              std::to_string(steps) + " --out " + shell_quote(model) + " >/dev/null 2>&1";
+    REQUIRE(std::system(train.c_str()) == 0);
+    return model;
+}
+
 }  // namespace
 
 TEST_CASE("heads: specs are parsed, and every malformed or missing head is named", "[heads]") {
@@ -75,6 +86,8 @@ TEST_CASE("heads: specs are parsed, and every malformed or missing head is named
     CHECK_THAT(error("E:0:-1"), Catch::Contains("number >= 0"));
     CHECK_THAT(error("E:0:1,,A:0:0"), Catch::Contains("empty item"));
     CHECK_THAT(error(""), Catch::Contains("names no head"));
+    CHECK(tf::parse_head_kinds("A,E,A") == std::vector<tf::HeadKind>{tf::HeadKind::A, tf::HeadKind::E});
+    CHECK_THROWS_WITH(tf::parse_head_kinds("E,X"), Catch::Contains("got 'X'"));
 }
 
 TEST_CASE("heads: importance is normalised per layer, batch importance is <W_o^h, dL/dW_o^h>, b_k gets none",
@@ -182,11 +195,7 @@ TEST_CASE("heads: the command writes heads.json and heads.csv for every head; ba
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
     const std::string cli = shell_quote(TF_CLI) + " --threads 1 ";
-    const std::string model = tmp / "model", out = tmp / "heads", err = tmp / "err";
-    const std::string train = cli + "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " +
-                              shell_quote(toy + "valid.tgt") + " --tokenizer word --vocab-size 0 --d-model 16 --heads 2" +
-                              " --ffn 32 --layers 1 --max-steps 3 --out " + shell_quote(model) + " >/dev/null 2>&1";
-    REQUIRE(std::system(train.c_str()) == 0);
+    const std::string model = train_tiny_model(tmp, 3), out = tmp / "heads", err = tmp / "err";
     const std::string heads = cli + "heads --model " + shell_quote(model) + " --src " + shell_quote(toy + "test.src") +
                               " --tgt " + shell_quote(toy + "test.tgt") + " --out " + shell_quote(out) +
                               " --mask-heads A:0:1 >" + shell_quote(tmp / "table") + " 2>" + shell_quote(err);
@@ -307,11 +316,7 @@ TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta 
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
     const std::string cli = shell_quote(TF_CLI) + " --threads 1 ";
-    const std::string model = tmp / "model", err = tmp / "err";
-    const std::string train = cli + "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " +
-                              shell_quote(toy + "valid.tgt") + " --tokenizer word --vocab-size 0 --d-model 16 --heads 2" +
-                              " --ffn 32 --layers 1 --max-steps 3 --out " + shell_quote(model) + " >/dev/null 2>&1";
-    REQUIRE(std::system(train.c_str()) == 0);
+    const std::string model = train_tiny_model(tmp, 3), err = tmp / "err";
     const auto src = split_lines(read_all(toy + "test.src")), ref = split_lines(read_all(toy + "test.tgt"));
     write_all(tmp / "s", join_lines({src.begin(), src.begin() + 40}));
     write_all(tmp / "r", join_lines({ref.begin(), ref.begin() + 40}));
@@ -340,12 +345,7 @@ TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps
           "[heads][prune]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
-    const std::string model_dir = tmp / "model";
-    const std::string train = shell_quote(TF_CLI) + " --threads 1 train --train-src " + shell_quote(toy + "valid.src") +
-                              " --train-tgt " + shell_quote(toy + "valid.tgt") +
-                              " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --layers 1 --max-steps 3 --out " +
-                              shell_quote(model_dir) + " >/dev/null 2>&1";
-    REQUIRE(std::system(train.c_str()) == 0);
+    const std::string model_dir = train_tiny_model(tmp, 3);
     tf::ModelBundle bundle = tf::load_model_dir(model_dir);
     const auto src_all = split_lines(read_all(toy + "test.src")), ref_all = split_lines(read_all(toy + "test.tgt"));
     const std::vector<std::string> src(src_all.begin(), src_all.begin() + 30), ref(ref_all.begin(), ref_all.begin() + 30);
@@ -394,11 +394,7 @@ TEST_CASE("heads: translate --mask-heads gives the translations of the masked mo
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
     const std::string cli = shell_quote(TF_CLI) + " --threads 1 ";
-    const std::string model_dir = tmp / "model";
-    const std::string train = cli + "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " +
-                              shell_quote(toy + "valid.tgt") + " --tokenizer word --vocab-size 0 --d-model 16 --heads 2" +
-                              " --ffn 32 --layers 1 --max-steps 20 --out " + shell_quote(model_dir) + " >/dev/null 2>&1";
-    REQUIRE(std::system(train.c_str()) == 0);
+    const std::string model_dir = train_tiny_model(tmp, 20);
     const auto all = split_lines(read_all(toy + "test.src"));
     const std::vector<std::string> src(all.begin(), all.begin() + 20);
     write_all(tmp / "in", join_lines(src));

@@ -40,6 +40,9 @@ const char* describe(HeadKind kind);     // "encoder self-attention", ...
 // spec, or a kind, layer or head that `config`'s model lacks).
 std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& config);
 
+// "E,A" -> kinds. Throws std::invalid_argument naming the item when it is not E, D or A.
+std::vector<HeadKind> parse_head_kinds(const std::string& spec);
+
 // The attention module of a kind and layer.
 MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer);
 

@@ -122,6 +122,7 @@ void add_prune_command(CLI::App* heads) {
         p.step = parse_fraction(opt->step, "--step");
         if (!(p.step > 0 && p.step <= 1)) throw std::runtime_error("--step: must be in (0, 100%], got '" + opt->step + "'");
         p.study.granularity = parse_granularity(opt->granularity);
+        if (!opt->kinds.empty()) p.kinds = parse_head_kinds(opt->kinds);
         p.study.batch_tokens = p.batch_tokens;
         if (!opt->json.empty()) check_output_path(opt->json, "--json");
         if (p.order != PruneOrder::random && (opt->imp_src.empty() || opt->imp_tgt.empty()))
@@ -134,17 +135,6 @@ void add_prune_command(CLI::App* heads) {
         for (const std::string& dir : opt->models) {
             ModelBundle bundle = load_model_dir(dir);
             Transformer& model = *bundle.model;
-            p.kinds.clear();
-            if (!opt->kinds.empty())  // "E,A": reuse the head-list parser's kind check on layer 0, head 0
-                for (const HeadId& h : parse_head_list(
-                         [&] {
-                             std::string spec;
-                             std::stringstream in(opt->kinds);
-                             for (std::string k; std::getline(in, k, ',');) spec += (spec.empty() ? "" : ",") + k + ":0:0";
-                             return spec;
-                         }(),
-                         model.config))
-                    p.kinds.push_back(h.kind);
             std::cout << "model " << dir << ": order " << to_string(p.order) << ", step " << p.step * 100 << "%"
                       << (p.recompute ? ", recomputed after each step" : "") << "\n";
             std::printf("  %8s %7s %8s %8s   %s\n", "pruned", "heads", "BLEU", "NLL", "masked in this step");

@@ -52,7 +52,26 @@ int parse_index(const std::string& item, const std::string& text, const char* wh
     return value;
 }
 
+HeadKind parse_kind(const std::string& kind, const std::string& where) {
+    if (kind == "E") return HeadKind::E;
+    if (kind == "D") return HeadKind::D;
+    if (kind == "A") return HeadKind::A;
+    throw std::invalid_argument(where + ": the kind must be E (encoder self-attention), D (decoder self-attention) " +
+                                "or A (cross-attention), got '" + kind + "'");
+}
+
 }  // namespace
+
+std::vector<HeadKind> parse_head_kinds(const std::string& spec) {
+    std::vector<HeadKind> kinds;
+    std::stringstream items(spec);
+    for (std::string item; std::getline(items, item, ',');) {
+        const HeadKind k = parse_kind(item, "kinds '" + spec + "'");
+        if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+    }
+    if (kinds.empty()) throw std::invalid_argument("kinds '" + spec + "' names none of E, D, A");
+    return kinds;
+}
 
 std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& config) {
     std::vector<HeadId> heads;
@@ -63,14 +82,8 @@ std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& 
         const std::size_t a = item.find(':'), b = a == std::string::npos ? a : item.find(':', a + 1);
         if (b == std::string::npos || item.find(':', b + 1) != std::string::npos)
             throw std::invalid_argument("head '" + item + "': expected KIND:layer:head, e.g. E:0:1 (KIND is E, D or A)");
-        const std::string kind = item.substr(0, a);
         HeadId id;
-        if (kind == "E") id.kind = HeadKind::E;
-        else if (kind == "D") id.kind = HeadKind::D;
-        else if (kind == "A") id.kind = HeadKind::A;
-        else
-            throw std::invalid_argument("head '" + item + "': the kind must be E (encoder self-attention), D (decoder " +
-                                        "self-attention) or A (cross-attention), got '" + kind + "'");
+        id.kind = parse_kind(item.substr(0, a), "head '" + item + "'");
         id.layer = parse_index(item, item.substr(a + 1, b - a - 1), "layer");
         id.head = parse_index(item, item.substr(b + 1), "head");
         if (id.layer >= layers_of(config, id.kind))
