@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.fallthrough();
     int threads = 0;
-    app.add_option("--threads", threads, "Threads for OpenMP and OpenBLAS together (default: all cores)");
+    app.add_option("--threads", threads, "Threads for OpenMP and OpenBLAS together (default: all cores)")
+        ->check(CLI::Range(1, 1024));
     app.parse_complete_callback([&]() { tf::set_threads(threads); });
 
     tf::add_train_command(app);

@@ -9,6 +9,7 @@ pkgs=(
   libcli11-dev             # command-line parsing
   libsentencepiece-dev     # subword tokenization
   nlohmann-json3-dev       # JSON (safetensors headers, metrics, reports)
+  libtomlplusplus-dev      # TOML (train --config, DIR/config.toml)
 )
 missing=()
 for p in "${pkgs[@]}"; do

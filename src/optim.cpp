@@ -315,9 +315,11 @@ double grad_norm(const ParamList& params) {
 double clip_grad_norm(const ParamList& params, double max_norm) {
     if (!(max_norm > 0)) fail("clip_grad_norm", "max_norm must be > 0, got " + std::to_string(max_norm));
     const double total = grad_norm(params);
-    const double coef = max_norm / (total + 1e-6);
-    if (!std::isfinite(total) || !(coef < 1)) return total;
-    const real k = static_cast<real>(coef);
+    // torch.nn.utils.clip_grad_norm_: every gradient × min(max_norm / (total + 1e-6), 1), also when that
+    // is 1 (an exact no-op, but PyTorch spends the pass, and so does a fair benchmark). A non-finite norm
+    // leaves the gradients as they are, for --check-nan to name the op.
+    if (!std::isfinite(total)) return total;
+    const real k = static_cast<real>(std::min(max_norm / (total + 1e-6), 1.0));
     for (Tensor t : unique_with_grad(params)) {
         real* g = t.grad();
         const std::int64_t n = t.numel();

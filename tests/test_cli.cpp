@@ -21,6 +21,7 @@
 #include "tapeformer/checkpoint.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
+#include "tapeformer/metrics/bleu.h"
 #include "tapeformer/optim.h"
 #include "tapeformer/safetensors.h"
 #include "helpers.h"
@@ -177,9 +178,11 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
         REQUIRE(j.contains(key));
         CHECK(j[key].is_number());
     }
-    CHECK(j["bleu"].get<double>() >= 0);
-    CHECK(j["bleu"].get<double>() <= 100);
-    CHECK(j["loss"].get<double>() > 0);
+    // The scores are those of the hypotheses it wrote, as the metrics library computes them.
+    const std::vector<std::string> hyps = split_lines(read_all(f.tmp / "hyp.txt")), refs = split_lines(ref);
+    CHECK(j["bleu"].get<double>() == Approx(tf::corpus_bleu(hyps, refs).score).epsilon(1e-12));
+    CHECK(j["chrf"].get<double>() == Approx(tf::corpus_chrf(hyps, refs).score).epsilon(1e-12));
+    CHECK(j["loss"].get<double>() >= j["nll"].get<double>() * 0.9);  // label smoothing 0.1 by default
     CHECK(j["ppl"].get<double>() == Approx(std::exp(j["nll"].get<double>())));
     CHECK_THAT(j["signature"].get<std::string>(), Catch::StartsWith("nrefs:1|") && Catch::Contains("tok:13a"));
     CHECK(split_lines(read_all(f.tmp / "hyp.txt")).size() == kSources.size());
@@ -315,6 +318,16 @@ TEST_CASE("bad inputs and flags fail with one line naming the problem", "[cli]")
                                                 shell_quote(f.tmp / "a.txt") + " --label-smoothing 1"),
                              "--label-smoothing");
         check_one_line_error(run_cli(f.tmp, "data toy --out " + shell_quote(f.tmp / "toy") + " --train -1"), "--train");
+        check_one_line_error(run_cli(f.tmp, "--threads 0 translate" + model, kInput), "--threads");
+        check_one_line_error(run_cli(f.tmp, "--threads 99999999999 translate" + model, kInput), "--threads");
+        // train: a value that overflows its type, and one past its bound, named as typed; nothing is written.
+        const std::string out = " --out " + shell_quote(f.tmp / "run");
+        const Run overflow = run_cli(f.tmp, "train --preset toy --d-model 99999999999999999999" + out);
+        check_one_line_error(overflow, "--d-model");
+        CHECK_THAT(overflow.err, Catch::Contains("99999999999999999999"));
+        check_one_line_error(run_cli(f.tmp, "train --preset toy --max-positions 100000000" + out), "--max-positions");
+        check_one_line_error(run_cli(f.tmp, "train --preset toy --layers 2 --enc-layers 3" + out), "--layers");
+        CHECK(!std::filesystem::exists(f.tmp / "run"));
     }
     SECTION("a missing required flag") {
         check_one_line_error(run_cli(f.tmp, "translate", kInput), "--model");

@@ -132,7 +132,8 @@ private:
 double grad_norm(const ParamList& params);
 
 // torch.nn.utils.clip_grad_norm_ (1.13): total = grad_norm(params); coef = max_norm / (total + 1e-6);
-// when coef < 1 every gradient is multiplied by coef. Returns total, the norm before clipping.
+// every gradient is multiplied by min(coef, 1), as PyTorch does (× 1 changes nothing, but costs the
+// same pass as in PyTorch). Returns total, the norm before clipping.
 // A non-finite total leaves the gradients untouched (torch would spread the NaN into them); check with
 // first_nonfinite_grad. Throws std::invalid_argument unless max_norm > 0 (+infinity: never clip).
 double clip_grad_norm(const ParamList& params, double max_norm);

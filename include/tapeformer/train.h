@@ -6,7 +6,7 @@
 //                    zero_grad; backward(loss)              the tape in reverse
 //                    clip ‖g‖ to max_norm; optimizer.step(lr(step))
 //
-// The CLI (`tapeformer train`) only fills a TrainConfig and calls train().
+// The CLI (`tapeformer train`) only fills a TrainConfig (train_settings.h) and calls train().
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -75,13 +75,9 @@ struct TrainConfig {
         std::optional<int> keep;
     } resume_changes;
     bool check_nan = false;            // on a non-finite loss, name the first op that produced it
-    std::string resolved_config_toml;  // written to DIR/config.toml by a new run (the CLI renders it)
 
     void validate() const;             // std::invalid_argument naming the setting
 };
-
-std::string to_json(const TrainConfig& c);                      // DIR/run.json
-TrainConfig train_config_from_json(const std::string& text);    // std::runtime_error when malformed
 
 struct TrainResult {
     std::int64_t steps = 0;

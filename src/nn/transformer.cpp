@@ -40,90 +40,105 @@ PositionalKind parse_positional(const std::string& s) {
 }
 
 void ModelConfig::validate() const {
-    auto positive = [](const char* name, std::int64_t v) {
-        if (v <= 0) throw std::invalid_argument(std::string("model config: ") + name + " must be positive, got " + std::to_string(v));
-    };
-    positive("d_model", d_model);
-    positive("heads", heads);
-    positive("ffn", ffn);
-    positive("src_vocab", src_vocab);
-    positive("tgt_vocab", tgt_vocab);
-    positive("max_len", max_len);
-    if (enc_layers < 1 || dec_layers < 1)
-        throw std::invalid_argument("model config: enc_layers and dec_layers must be at least 1, got " +
-                                    std::to_string(enc_layers) + " and " + std::to_string(dec_layers));
+    // Each number within its bounds (settings()) first: the checks below divide by them.
+    for (const Setting<ModelConfig>& s : settings())
+        if (const std::string problem = setting_problem(s, *this); !problem.empty())
+            throw std::invalid_argument("model config: " + s.key + " " + problem);
     if (d_model % heads != 0)
         throw std::invalid_argument("model config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
                                     std::to_string(heads));
-    for (auto [name, p] : {std::pair<const char*, double>{"dropout", dropout}, {"attention_dropout", attention_dropout},
-                           {"activation_dropout", activation_dropout}})
-        if (!(p >= 0 && p < 1)) throw std::invalid_argument(std::string("model config: ") + name + " must be in [0, 1), got " + std::to_string(p));
     if (tie == Tying::All && src_vocab != tgt_vocab)
         throw std::invalid_argument("model config: tie 'all' shares one embedding table, which needs a joint vocabulary, "
                                     "but src_vocab is " + std::to_string(src_vocab) + " and tgt_vocab " + std::to_string(tgt_vocab));
     for (auto [name, id] : {std::pair<const char*, std::int32_t>{"pad_id", pad_id}, {"bos_id", bos_id}, {"eos_id", eos_id}})
         if (id < 0 || id >= std::min(src_vocab, tgt_vocab))
             throw std::invalid_argument(std::string("model config: ") + name + " " + std::to_string(id) + " is outside the vocabulary");
+    // Each size is bounded; together they must still fit in memory. The positional table is allocated
+    // even when it is not learned.
+    const std::int64_t weights = parameter_count() + (positional == PositionalKind::Sinusoidal ? max_len * d_model : 0);
+    if (weights > kMaxParameters)
+        throw std::invalid_argument("model config: " + std::to_string(weights) + " weights (d_model " + std::to_string(d_model) +
+                                    ", ffn " + std::to_string(ffn) + ", vocabularies " + std::to_string(src_vocab) + "/" +
+                                    std::to_string(tgt_vocab) + ", max_len " + std::to_string(max_len) + ") exceed the limit of " +
+                                    std::to_string(kMaxParameters));
+}
+
+std::int64_t ModelConfig::parameter_count() const {
+    const std::int64_t C = d_model, F = ffn;
+    const std::int64_t attention = 3 * C * C + 3 * C + C * C + C;  // in_proj (3C, C) + bias, out_proj (C, C) + bias
+    const std::int64_t feed_forward = F * C + F + C * F + C;        // linear1 (F, C) + bias, linear2 (C, F) + bias
+    const std::int64_t layer_norm = 2 * C;                          // gain and bias
+    std::int64_t n = src_vocab * C;                                 // source embedding
+    if (tie != Tying::All) n += tgt_vocab * C;                      // target embedding
+    if (tie == Tying::None) n += tgt_vocab * C;                     // output projection
+    if (output_bias) n += tgt_vocab;                                // its bias
+    if (positional == PositionalKind::Learned) n += max_len * C;
+    n += enc_layers * (attention + feed_forward + 2 * layer_norm);
+    n += dec_layers * (2 * attention + feed_forward + 3 * layer_norm);
+    if (norm == NormPosition::Pre) n += 2 * layer_norm;           // the stacks' final LayerNorms
+    return n;
+}
+
+// The model's settings, once: the train command's flags and config.toml names (name), the keys of the
+// weights file's metadata and run.json (key), and the range each may take. Sizes are bounded so that an
+// edited file cannot ask for terabytes; validate() checks how they fit together.
+const std::vector<Setting<ModelConfig>>& ModelConfig::settings() {
+    using C = ModelConfig;
+    const std::string g = "Model";
+    static const std::vector<Setting<C>> table = {
+        integer_setting<C>("", "src_vocab", g, "Source vocabulary size V (from the tokenizer)", 1, kMaxVocab,
+                           [](auto& c) -> auto& { return c.src_vocab; }),
+        integer_setting<C>("", "tgt_vocab", g, "Target vocabulary size V (from the tokenizer)", 1, kMaxVocab,
+                           [](auto& c) -> auto& { return c.tgt_vocab; }),
+        integer_setting<C>("d-model", "d_model", g, "Model width C", 1, 16384, [](auto& c) -> auto& { return c.d_model; }),
+        integer_setting<C>("heads", "heads", g, "Attention heads H (d-model must be divisible by it)", 1, 1024,
+                           [](auto& c) -> auto& { return c.heads; }),
+        integer_setting<C>("ffn", "ffn", g, "Feed-forward inner width F", 1, 262144, [](auto& c) -> auto& { return c.ffn; }),
+        integer_setting<C>("enc-layers", "enc_layers", g, "Encoder layers", 1, 64, [](auto& c) -> auto& { return c.enc_layers; }),
+        integer_setting<C>("dec-layers", "dec_layers", g, "Decoder layers", 1, 64, [](auto& c) -> auto& { return c.dec_layers; }),
+        real_setting<C>("dropout", "dropout", g, "Dropout on embeddings and sublayer outputs", 0, 1,
+                        [](auto& c) -> auto& { return c.dropout; }, false, true),
+        real_setting<C>("attention-dropout", "attention_dropout", g, "Dropout on attention weights (default: --dropout)", 0, 1,
+                        [](auto& c) -> auto& { return c.attention_dropout; }, false, true),
+        real_setting<C>("activation-dropout", "activation_dropout", g, "Dropout inside the FFN (default: --dropout)", 0, 1,
+                        [](auto& c) -> auto& { return c.activation_dropout; }, false, true),
+        choice_setting<C>("norm", "norm", g, "LayerNorm position (post: the paper's; pre: more stable when deep)", {"post", "pre"},
+                          [](auto& c) -> auto& { return c.norm; }, parse_norm_position,
+                          [](NormPosition n) { return to_string(n); }),
+        choice_setting<C>("activation", "activation", g, "FFN activation", {"relu", "gelu"},
+                          [](auto& c) -> auto& { return c.activation; }, parse_activation,
+                          [](Activation a) { return to_string(a); }),
+        choice_setting<C>("tie", "tie", g, "Embedding tying: decoder = the target embedding is the output layer; all = one table for both\n"
+                          "languages and the output (needs --joint-vocab)",
+                          {"none", "decoder", "all"}, [](auto& c) -> auto& { return c.tie; }, parse_tying,
+                          [](Tying t) { return to_string(t); }),
+        choice_setting<C>("positional", "positional", g, "Positional encoding", {"sinusoidal", "learned"},
+                          [](auto& c) -> auto& { return c.positional; }, parse_positional,
+                          [](PositionalKind p) { return to_string(p); }),
+        added_later(bool_setting<C>("output-bias", "output_bias", g,
+                                    "A bias on the output projection (PyTorch's nn.Linear; the paper and fairseq have none)",
+                                    "", [](auto& c) -> auto& { return c.output_bias; })),
+        integer_setting<C>("max-positions", "max_len", g, "Longest sequence the positional table covers", 1, 65536,
+                           [](auto& c) -> auto& { return c.max_len; }),
+        integer_setting<C>("", "pad_id", g, "Id of the padding token", 0, kMaxVocab - 1, [](auto& c) -> auto& { return c.pad_id; }),
+        integer_setting<C>("", "bos_id", g, "Id of the begin-of-sentence token", 0, kMaxVocab - 1,
+                           [](auto& c) -> auto& { return c.bos_id; }),
+        integer_setting<C>("", "eos_id", g, "Id of the end-of-sentence token", 0, kMaxVocab - 1,
+                           [](auto& c) -> auto& { return c.eos_id; }),
+    };
+    return table;
 }
 
 std::map<std::string, std::string> ModelConfig::to_metadata() const {
-    auto num = [](double v) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%.17g", v);
-        return std::string(buf);
-    };
-    return {{"src_vocab", std::to_string(src_vocab)},   {"tgt_vocab", std::to_string(tgt_vocab)},
-            {"d_model", std::to_string(d_model)},       {"heads", std::to_string(heads)},
-            {"ffn", std::to_string(ffn)},               {"enc_layers", std::to_string(enc_layers)},
-            {"dec_layers", std::to_string(dec_layers)}, {"dropout", num(dropout)},
-            {"attention_dropout", num(attention_dropout)}, {"activation_dropout", num(activation_dropout)},
-            {"norm", to_string(norm)},                  {"activation", to_string(activation)},
-            {"tie", to_string(tie)},                    {"positional", to_string(positional)},
-            {"max_len", std::to_string(max_len)},       {"pad_id", std::to_string(pad_id)},
-            {"bos_id", std::to_string(bos_id)},         {"eos_id", std::to_string(eos_id)}};
+    std::map<std::string, std::string> m;
+    for (const Setting<ModelConfig>& s : settings()) m[s.key] = s.get(*this);
+    return m;
 }
 
 ModelConfig ModelConfig::from_metadata(const std::map<std::string, std::string>& m) {
     ModelConfig c;
-    auto get_int = [&](const char* key, auto& field) {
-        auto it = m.find(key);
-        if (it == m.end()) return;
-        try {
-            std::size_t used = 0;
-            long long v = std::stoll(it->second, &used);
-            if (used != it->second.size()) throw std::invalid_argument("trailing text");
-            field = static_cast<std::remove_reference_t<decltype(field)>>(v);
-        } catch (const std::exception&) {
-            throw std::invalid_argument(std::string("model metadata: ") + key + " = '" + it->second + "' is not an integer");
-        }
-    };
-    auto get_real = [&](const char* key, double& field) {
-        auto it = m.find(key);
-        if (it == m.end()) return;
-        try {
-            field = std::stod(it->second);
-        } catch (const std::exception&) {
-            throw std::invalid_argument(std::string("model metadata: ") + key + " = '" + it->second + "' is not a number");
-        }
-    };
-    get_int("src_vocab", c.src_vocab);
-    get_int("tgt_vocab", c.tgt_vocab);
-    get_int("d_model", c.d_model);
-    get_int("heads", c.heads);
-    get_int("ffn", c.ffn);
-    get_int("enc_layers", c.enc_layers);
-    get_int("dec_layers", c.dec_layers);
-    get_int("max_len", c.max_len);
-    get_int("pad_id", c.pad_id);
-    get_int("bos_id", c.bos_id);
-    get_int("eos_id", c.eos_id);
-    get_real("dropout", c.dropout);
-    get_real("attention_dropout", c.attention_dropout);
-    get_real("activation_dropout", c.activation_dropout);
-    if (auto it = m.find("norm"); it != m.end()) c.norm = parse_norm_position(it->second);
-    if (auto it = m.find("activation"); it != m.end()) c.activation = parse_activation(it->second);
-    if (auto it = m.find("tie"); it != m.end()) c.tie = parse_tying(it->second);
-    if (auto it = m.find("positional"); it != m.end()) c.positional = parse_positional(it->second);
+    for (const Setting<ModelConfig>& s : settings())
+        if (auto it = m.find(s.key); it != m.end()) apply_setting(s, c, it->second, "model metadata: " + s.key);
     return c;
 }
 
@@ -240,6 +255,7 @@ Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
     } else {
         generator = tgt_embed.weight;
     }
+    if (c.output_bias) generator_bias = make_param({c.tgt_vocab});  // zeros
 }
 
 ParamList Transformer::parameters() const {
@@ -252,6 +268,7 @@ ParamList Transformer::parameters() const {
     for (std::size_t i = 0; i < decoder.size(); ++i) decoder[i].parameters(out, "decoder.layers." + std::to_string(i) + ".");
     if (config.norm == NormPosition::Pre) decoder_norm.parameters(out, "decoder.norm.");
     out.push_back({"generator.weight", generator});
+    if (config.output_bias) out.push_back({"generator.bias", generator_bias});
     return out;
 }
 
@@ -305,7 +322,8 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
 }
 
 Tensor Transformer::project(const Tensor& hidden) const {
-    return matmul(hidden, generator, false, true);  // (B, T, C) @ (V, C)ᵀ -> (B, T, V)
+    if (config.output_bias) return affine(hidden, generator, generator_bias);  // (B, T, C) @ (V, C)ᵀ + (V) -> (B, T, V)
+    return matmul(hidden, generator, false, true);                            // (B, T, C) @ (V, C)ᵀ -> (B, T, V)
 }
 
 Tensor Transformer::forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,

@@ -103,6 +103,7 @@ ModelConfig model_config(const BenchTrainOptions& o) {
     c.activation = Activation::ReLU;
     c.tie = o.tie_embeddings ? Tying::All : Tying::None;
     c.positional = PositionalKind::Sinusoidal;
+    c.output_bias = true;  // torch_ref.py's output layer is an nn.Linear(d_model, V), bias included
     c.max_len = std::max(o.src_len, o.tgt_len) + 8;
     c.pad_id = kPad;
     c.bos_id = kBos;

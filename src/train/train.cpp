@@ -31,6 +31,7 @@
 #include "tapeformer/evaluate.h"
 #include "tapeformer/heads.h"
 #include "tapeformer/io.h"
+#include "tapeformer/train_settings.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -54,15 +55,11 @@ void TrainConfig::validate() const {
     if (out_dir.empty()) fail("train: --out DIR is required");
     if (resume && force)
         fail("train: --resume continues the run in '" + out_dir + "' and --force starts it over: give one of them");
-    // run.json must hold every setting so that --resume can read it back; JSON has no infinity or NaN.
-    const std::pair<const char*, double> reals[] = {
-        {"--time-budget", time_budget_minutes}, {"--clip", optim.clip}, {"--lr", optim.schedule.lr},
-        {"--min-lr", optim.schedule.min_lr}, {"--beta1", optim.beta1}, {"--beta2", optim.beta2},
-        {"--adam-eps", optim.eps}, {"--weight-decay", optim.weight_decay}, {"--momentum", optim.momentum},
-        {"--label-smoothing", optim.label_smoothing}, {"--dropout", model.dropout},
-        {"--attention-dropout", model.attention_dropout}, {"--activation-dropout", model.activation_dropout}};
-    for (const auto& [flag, value] : reals)
-        if (!std::isfinite(value)) fail(std::string("train: ") + flag + " must be a finite number, got " + fmt("%g", value));
+    // Every number within the bounds of its setting (train_settings.h): finite, since run.json must hold
+    // it and JSON has no infinity or NaN, and small enough not to overflow.
+    for (const Setting<TrainConfig>& s : train_settings())
+        if (const std::string problem = setting_problem(s, *this); !problem.empty())
+            fail("train: " + (s.name.empty() ? s.key : "--" + s.name) + " " + problem);
     if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
         fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
     if (data.valid_src.empty() != data.valid_tgt.empty())
@@ -70,8 +67,6 @@ void TrainConfig::validate() const {
     // A resumed run keeps the stopping rules in its run.json unless this call gives new ones.
     if (!resume && max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
         fail("train: say when to stop: --max-steps, --epochs or --time-budget");
-    if (max_steps < 0 || epochs < 0 || time_budget_minutes < 0) fail("train: stopping settings must not be negative");
-    if (data.max_len < 1) fail("train: --max-len must be at least 1, got " + std::to_string(data.max_len));
     if (data.batch_tokens < data.max_len + 1)
         fail("train: --batch-tokens " + std::to_string(data.batch_tokens) + " cannot hold one sentence of --max-len " +
              std::to_string(data.max_len) + " (+1 for BOS/EOS)");
@@ -79,95 +74,13 @@ void TrainConfig::validate() const {
         fail("train: --vocab-size must be at least 8 for SentencePiece, got " + std::to_string(data.vocab_size));
     if (model.tie == Tying::All && !data.joint_vocab)
         fail("train: --tie all shares one embedding table between the languages, which needs --joint-vocab");
-    if (optim.optimizer != "adam" && optim.optimizer != "adamw" && optim.optimizer != "sgd")
-        fail("train: --optimizer '" + optim.optimizer + "' is not one of: adam, adamw, sgd");
-    if (!(optim.label_smoothing >= 0 && optim.label_smoothing < 1))
-        fail("train: --label-smoothing must be in [0, 1), got " + std::to_string(optim.label_smoothing));
-    if (optim.clip < 0) fail("train: --clip must not be negative");
-    if (keep_every < 0 || log_heads_every < 0) fail("train: --keep-every and --log-heads-every must not be negative");
-    if (log_every < 1 || checkpoint_every < 1 || valid_every < 0 || keep < 1 ||
-        resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
+    if (resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
         resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
         fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
     optim.schedule.validate();
     ModelConfig m = model;
     m.src_vocab = m.tgt_vocab = std::max<std::int64_t>(m.src_vocab, 8);  // the real sizes come from the tokenizer
     m.validate();
-}
-
-std::string to_json(const TrainConfig& c) {
-    nlohmann::json j;
-    j["model"] = c.model.to_metadata();
-    j["data"] = {{"train_src", c.data.train_src},     {"train_tgt", c.data.train_tgt},
-                 {"valid_src", c.data.valid_src},     {"valid_tgt", c.data.valid_tgt},
-                 {"tokenizer", to_string(c.data.tokenizer)}, {"joint_vocab", c.data.joint_vocab},
-                 {"vocab_size", c.data.vocab_size},   {"max_len", c.data.max_len},
-                 {"batch_tokens", c.data.batch_tokens}};
-    const Schedule& s = c.optim.schedule;
-    j["optim"] = {{"optimizer", c.optim.optimizer}, {"beta1", c.optim.beta1}, {"beta2", c.optim.beta2},
-                  {"eps", c.optim.eps}, {"weight_decay", c.optim.weight_decay}, {"momentum", c.optim.momentum},
-                  {"clip", c.optim.clip}, {"label_smoothing", c.optim.label_smoothing},
-                  {"schedule", schedule_kind_name(s.kind)}, {"lr", s.lr}, {"warmup", s.warmup},
-                  {"total_steps", s.total_steps}, {"min_lr", s.min_lr}};
-    j["seed"] = c.seed;
-    j["stop"] = {{"max_steps", c.max_steps}, {"epochs", c.epochs}, {"time_budget_minutes", c.time_budget_minutes}};
-    j["every"] = {{"log", c.log_every}, {"valid", c.valid_every}, {"checkpoint", c.checkpoint_every}, {"keep", c.keep},
-                  {"keep_every", c.keep_every}, {"heads", c.log_heads_every}};
-    j["valid_bleu"] = c.valid_bleu;
-    j["valid_bleu_sentences"] = c.valid_bleu_sentences;
-    j["format"] = kCheckpointFormat;
-    return j.dump(2) + "\n";
-}
-
-TrainConfig train_config_from_json(const std::string& text) {
-    TrainConfig c;
-    try {
-        const nlohmann::json j = nlohmann::json::parse(text);
-        if (j.at("format").get<int>() != kCheckpointFormat)
-            throw std::runtime_error("format " + std::to_string(j.at("format").get<int>()) + ", this build reads " +
-                                     std::to_string(kCheckpointFormat) + " (written by another version of tapeformer)");
-        c.model = ModelConfig::from_metadata(j.at("model").get<std::map<std::string, std::string>>());
-        const auto& d = j.at("data");
-        c.data.train_src = d.at("train_src");
-        c.data.train_tgt = d.at("train_tgt");
-        c.data.valid_src = d.at("valid_src");
-        c.data.valid_tgt = d.at("valid_tgt");
-        c.data.tokenizer = parse_tokenizer_kind(d.at("tokenizer").get<std::string>());
-        c.data.joint_vocab = d.at("joint_vocab");
-        c.data.vocab_size = d.at("vocab_size");
-        c.data.max_len = d.at("max_len");
-        c.data.batch_tokens = d.at("batch_tokens");
-        const auto& o = j.at("optim");
-        c.optim.optimizer = o.at("optimizer");
-        c.optim.beta1 = o.at("beta1");
-        c.optim.beta2 = o.at("beta2");
-        c.optim.eps = o.at("eps");
-        c.optim.weight_decay = o.at("weight_decay");
-        c.optim.momentum = o.at("momentum");
-        c.optim.clip = o.at("clip");
-        c.optim.label_smoothing = o.at("label_smoothing");
-        c.optim.schedule.kind = parse_schedule_kind(o.at("schedule").get<std::string>());
-        c.optim.schedule.lr = o.at("lr");
-        c.optim.schedule.warmup = o.at("warmup");
-        c.optim.schedule.total_steps = o.at("total_steps");
-        c.optim.schedule.min_lr = o.at("min_lr");
-        c.optim.schedule.d_model = c.model.d_model;
-        c.seed = j.at("seed");
-        c.max_steps = j.at("stop").at("max_steps");
-        c.epochs = j.at("stop").at("epochs");
-        c.time_budget_minutes = j.at("stop").at("time_budget_minutes");
-        c.log_every = j.at("every").at("log");
-        c.valid_every = j.at("every").at("valid");
-        c.checkpoint_every = j.at("every").at("checkpoint");
-        c.keep = j.at("every").at("keep");
-        c.keep_every = j.at("every").value("keep_every", std::int64_t(0));  // absent in runs of older versions
-        c.log_heads_every = j.at("every").value("heads", std::int64_t(0));
-        c.valid_bleu = j.at("valid_bleu");
-        c.valid_bleu_sentences = j.at("valid_bleu_sentences");
-    } catch (const std::exception& e) {
-        throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
-    }
-    return c;
 }
 
 TrainConfig load_run_config(const std::string& dir) {
@@ -656,8 +569,7 @@ void Trainer::start_writing() {
         }
         tokenizers_.save(dir_);
         write_file_atomic((fs::path(dir_) / "run.json").string(), to_json(c_));
-        if (!c_.resolved_config_toml.empty())
-            write_file_atomic((fs::path(dir_) / "config.toml").string(), c_.resolved_config_toml);
+        write_file_atomic((fs::path(dir_) / "config.toml").string(), to_toml(c_));
     }
     if (!updated_run_json_.empty()) write_file_atomic((fs::path(dir_) / "run.json").string(), updated_run_json_);
     fs::create_directories(fs::path(dir_) / "checkpoints", ec);

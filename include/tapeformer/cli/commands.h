@@ -7,16 +7,16 @@
 
 TF_NAMESPACE_BEGIN
 
-void add_gradcheck_command(CLI::App& app);
 void add_train_command(CLI::App& app);      // train: a translation model from parallel text
-void add_bench_command(CLI::App& app);  // bench train: training throughput vs torch_ref.py
 void add_translate_command(CLI::App& app);  // translate: text in, translations out
 void add_eval_command(CLI::App& app);       // eval: BLEU, chrF and reference loss of a test set
 void add_encode_command(CLI::App& app);     // encode: the tokens a model sees
 void add_data_command(CLI::App& app);       // data toy|copy|reverse: write a corpus
-void add_summary_command(CLI::App& app);
-void add_heads_command(CLI::App& app);
-void add_attention_command(CLI::App& app);  // attention: one sentence's maps as JSON, HTML and SVG      // heads: per-head importance, gradient norms, attention statistics    // summary: modules, shapes, parameters, multiply-adds
+void add_gradcheck_command(CLI::App& app);  // gradcheck: every op and block against finite differences
+void add_bench_command(CLI::App& app);      // bench train: training throughput vs torch_ref.py
+void add_summary_command(CLI::App& app);    // summary: modules, shapes, parameters, multiply-adds
+void add_heads_command(CLI::App& app);      // heads: per-head importance, gradient norms, attention statistics
+void add_attention_command(CLI::App& app);  // attention: one sentence's maps as JSON, HTML and SVG
 
 // A flag check: the value is a number > lo (strict) or >= lo; the error says so ("--beam: must be > 0, got 0").
 CLI::Validator number_above(double lo, bool strict);

@@ -6,7 +6,7 @@
 //                               x = LN₂(x + Dropout(CrossAttn(x, memory)))
 //                               x = LN₃(x + Dropout(FFN(x)))
 //   pre-norm instead computes x = x + Dropout(Sublayer(LN(x))) and ends each stack with a LayerNorm.
-//   logits = decoder output @ generatorᵀ
+//   logits = decoder output @ generatorᵀ  (+ generator_bias with output_bias)
 //
 // Batch conventions: source = tokens + EOS; decoder input = BOS + tokens; target = tokens + EOS; rows are
 // right-padded with pad_id, and padded keys are masked out of every attention.
@@ -19,6 +19,7 @@
 #include "tapeformer/nn/embedding.h"
 #include "tapeformer/nn/feed_forward.h"
 #include "tapeformer/nn/layer_norm.h"
+#include "tapeformer/settings.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -40,13 +41,22 @@ struct ModelConfig {
     Activation activation = Activation::ReLU;
     Tying tie = Tying::None;          // None; Decoder: target embedding = output projection; All: one table
     PositionalKind positional = PositionalKind::Sinusoidal;
+    bool output_bias = false;         // logits = x Wᵀ + b instead of x Wᵀ (PyTorch's nn.Linear has the b)
     std::int64_t max_len = 256;       // longest sequence the positional table covers
     std::int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
+    static constexpr std::int64_t kMaxVocab = 1000000;           // bounds an edited file cannot exceed
+    static constexpr std::int64_t kMaxParameters = 1000000000;   // 4 GB of float32 weights
+
     // Throws std::invalid_argument naming the offending setting(s), before anything is allocated.
     void validate() const;
+    // Weights this configuration allocates (a tied table counted once), computed without allocating.
+    std::int64_t parameter_count() const;
+    // Every setting above with its name, bounds and help: the one table that flags, run.json and the
+    // weights file's metadata are read and written through (settings.h).
+    static const std::vector<Setting<ModelConfig>>& settings();
     // As strings, for the safetensors header's __metadata__, and back (unknown keys are ignored,
-    // missing ones keep their defaults, malformed values throw).
+    // missing ones keep their defaults, malformed or out-of-range values throw).
     std::map<std::string, std::string> to_metadata() const;
     static ModelConfig from_metadata(const std::map<std::string, std::string>& metadata);
 };
@@ -114,7 +124,8 @@ public:
     std::vector<EncoderLayer> encoder;
     std::vector<DecoderLayer> decoder;
     LayerNorm encoder_norm, decoder_norm;  // pre-norm only
-    Tensor generator;  // (V_tgt, C), no bias; the target embedding's table when tied
+    Tensor generator;       // (V_tgt, C); the target embedding's table when tied
+    Tensor generator_bias;  // (V_tgt), only with config.output_bias
 
     // Validates the config, allocates and initialises every parameter from `seed`.
     explicit Transformer(const ModelConfig& config, std::uint64_t seed = 1);

@@ -1,0 +1,362 @@
+// The settings of `tapeformer train`, once, and everything built from the table: merging, config.toml,
+// run.json. See train_settings.h.
+#include "tapeformer/train_settings.h"
+
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <toml++/toml.h>
+
+#include "tapeformer/checkpoint.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+constexpr double kSteps = 1e12;  // bound of step counts: far beyond any run, far below overflow
+constexpr double kDefaultAbsoluteLr = 5e-4;  // --lr when --schedule is not noam and --lr is not given
+
+std::vector<Setting<TrainConfig>> build_table() {
+    using T = TrainConfig;
+    std::vector<Setting<T>> t;
+    const std::string data = "Data", model = "Model", opt = "Optimisation", run = "Run";
+
+    t.push_back(text_setting<T>("train-src", "data.train_src", data, "Training source sentences",
+                                [](auto& c) -> auto& { return c.data.train_src; }));
+    t.push_back(text_setting<T>("train-tgt", "data.train_tgt", data, "Training target sentences, aligned by line",
+                                [](auto& c) -> auto& { return c.data.train_tgt; }));
+    t.push_back(text_setting<T>("valid-src", "data.valid_src", data,
+                                "Validation source sentences (for loss, BLEU and the best model)",
+                                [](auto& c) -> auto& { return c.data.valid_src; }));
+    t.push_back(text_setting<T>("valid-tgt", "data.valid_tgt", data, "Validation target sentences",
+                                [](auto& c) -> auto& { return c.data.valid_tgt; }));
+    t.push_back(choice_setting<T>("tokenizer", "data.tokenizer", data, "Tokenizer: word = whitespace-separated words, bpe or unigram = SentencePiece",
+                                  {"word", "bpe", "unigram"}, [](auto& c) -> auto& { return c.data.tokenizer; },
+                                  parse_tokenizer_kind, [](TokenizerKind k) { return to_string(k); }));
+    t.push_back(integer_setting<T>("vocab-size", "data.vocab_size", data,
+                                   "Vocabulary entries (SentencePiece: exact; word: at most, 0 = all)", 0,
+                                   static_cast<double>(ModelConfig::kMaxVocab), [](auto& c) -> auto& { return c.data.vocab_size; }));
+    t.push_back(bool_setting<T>("joint-vocab", "data.joint_vocab", data, "One vocabulary for both languages", "separate-vocab",
+                                [](auto& c) -> auto& { return c.data.joint_vocab; }));
+    t.push_back(integer_setting<T>("max-len", "data.max_len", data, "Drop training pairs with more tokens than this on either side",
+                                   1, 65535, [](auto& c) -> auto& { return c.data.max_len; }));
+    t.push_back(integer_setting<T>("batch-tokens", "data.batch_tokens", data, "Padded tokens per batch: sentences x max(S, T)",
+                                   1, 1e8, [](auto& c) -> auto& { return c.data.batch_tokens; }));
+
+    // The model's own settings, stored in run.json under "model" as in the weights file's metadata.
+    for (const Setting<ModelConfig>& s : ModelConfig::settings()) {
+        Setting<T> lifted = lift_setting<T>(s, [](auto& c) -> auto& { return c.model; });
+        lifted.key = "model." + s.key;
+        t.push_back(lifted);
+        if (s.name == "ffn") {  // the alias, listed beside the two settings it sets
+            Setting<T> layers = integer_setting<T>("layers", "", model, "Encoder and decoder layers (sets both)", 1, 64,
+                                                   [](auto& c) -> auto& { return c.model.enc_layers; });
+            layers.set = [check = layers.set](T& c, const std::string& text) {
+                check(c, text);
+                c.model.dec_layers = c.model.enc_layers;
+            };
+            t.push_back(layers);
+        }
+    }
+
+    t.push_back(choice_setting<T>("optimizer", "optim.optimizer", opt, "Optimizer", {"adam", "adamw", "sgd"},
+                                  [](auto& c) -> auto& { return c.optim.optimizer; },
+                                  [](const std::string& s) { return s; }, [](const std::string& s) { return s; }));
+    t.push_back(real_setting<T>("lr", "optim.lr", opt,
+                                "Learning rate: for noam the factor in front of d_model^-0.5 (default 1), for the other\n"
+                                "schedules the peak rate itself (default 0.0005)",
+                                0, 1000, [](auto& c) -> auto& { return c.optim.schedule.lr; }, true));
+    t.push_back(choice_setting<T>("schedule", "optim.schedule", opt, "Learning-rate schedule",
+                                  {"noam", "inverse_sqrt", "cosine", "linear", "constant"},
+                                  [](auto& c) -> auto& { return c.optim.schedule.kind; }, parse_schedule_kind,
+                                  [](ScheduleKind k) { return schedule_kind_name(k); }));
+    t.push_back(integer_setting<T>("warmup", "optim.warmup", opt, "Warmup steps", 0, 1e9,
+                                   [](auto& c) -> auto& { return c.optim.schedule.warmup; }));
+    t.push_back(integer_setting<T>("total-steps", "optim.total_steps", opt,
+                                   "Steps over which cosine/linear decay (default: --max-steps)", 0, kSteps,
+                                   [](auto& c) -> auto& { return c.optim.schedule.total_steps; }));
+    t.push_back(real_setting<T>("min-lr", "optim.min_lr", opt, "Floor of cosine/linear decay", 0, 1000,
+                                [](auto& c) -> auto& { return c.optim.schedule.min_lr; }));
+    t.push_back(real_setting<T>("beta1", "optim.beta1", opt, "Adam beta1", 0, 1, [](auto& c) -> auto& { return c.optim.beta1; },
+                                false, true));
+    t.push_back(real_setting<T>("beta2", "optim.beta2", opt, "Adam beta2", 0, 1, [](auto& c) -> auto& { return c.optim.beta2; },
+                                false, true));
+    t.push_back(real_setting<T>("adam-eps", "optim.eps", opt, "Adam epsilon", 0, 1, [](auto& c) -> auto& { return c.optim.eps; },
+                                true));
+    t.push_back(real_setting<T>("weight-decay", "optim.weight_decay", opt, "Weight decay (L2 for adam/sgd, decoupled for adamw)",
+                                0, 10, [](auto& c) -> auto& { return c.optim.weight_decay; }));
+    t.push_back(real_setting<T>("momentum", "optim.momentum", opt, "SGD momentum", 0, 1,
+                                [](auto& c) -> auto& { return c.optim.momentum; }, false, true));
+    t.push_back(real_setting<T>("clip", "optim.clip", opt, "Clip the global gradient norm to this (0 = off)", 0, 1e9,
+                                [](auto& c) -> auto& { return c.optim.clip; }));
+    t.push_back(real_setting<T>("label-smoothing", "optim.label_smoothing", opt, "Label smoothing epsilon", 0, 1,
+                                [](auto& c) -> auto& { return c.optim.label_smoothing; }, false, true));
+
+    t.push_back(integer_setting<T>("seed", "seed", run, "Seed for initialisation, dropout, batch order", 0,
+                                   static_cast<double>(std::numeric_limits<std::int64_t>::max()),
+                                   [](auto& c) -> auto& { return c.seed; }));
+    t.push_back(integer_setting<T>("max-steps", "stop.max_steps", run, "Stop after this many updates (0 = no limit)", 0, kSteps,
+                                   [](auto& c) -> auto& { return c.max_steps; }));
+    t.push_back(integer_setting<T>("epochs", "stop.epochs", run, "Stop after this many passes over the data (0 = no limit)", 0,
+                                   1e9, [](auto& c) -> auto& { return c.epochs; }));
+    t.push_back(real_setting<T>("time-budget", "stop.time_budget_minutes", run,
+                                "Stop after this many minutes of training (validation not counted; 0 = no limit)", 0, 1e7,
+                                [](auto& c) -> auto& { return c.time_budget_minutes; }));
+    t.push_back(integer_setting<T>("log-every", "every.log", run, "Steps between log lines and metrics.jsonl entries", 1, kSteps,
+                                   [](auto& c) -> auto& { return c.log_every; }));
+    t.push_back(integer_setting<T>("valid-every", "every.valid", run, "Steps between validations (0 = at the end of each epoch)",
+                                   0, kSteps, [](auto& c) -> auto& { return c.valid_every; }));
+    t.push_back(integer_setting<T>("checkpoint-every", "every.checkpoint", run, "Steps between checkpoints", 1, kSteps,
+                                   [](auto& c) -> auto& { return c.checkpoint_every; }));
+    t.push_back(integer_setting<T>("keep", "every.keep", run, "Step checkpoints to keep", 1, 1e6,
+                                   [](auto& c) -> auto& { return c.keep; }));
+    t.push_back(added_later(integer_setting<T>("keep-every", "every.keep_every", run,
+                                   "Also keep every N-th step's checkpoint for good (0 = none), to study the\n"
+                                   "model across training (`tapeformer heads` on each)",
+                                   0, kSteps, [](auto& c) -> auto& { return c.keep_every; })));
+    t.push_back(added_later(integer_setting<T>("log-heads-every", "every.heads", run,
+                                   "Every N steps append per-head batch importance, gradient norms and attention entropy of that\n"
+                                   "step to DIR/heads.jsonl (measured with dropout and label smoothing on; no extra pass; 0 = off)",
+                                   0, kSteps, [](auto& c) -> auto& { return c.log_heads_every; })));
+    t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run, "Decode the validation set (greedy) and pick the best model by BLEU",
+                                "no-valid-bleu", [](auto& c) -> auto& { return c.valid_bleu; }));
+    t.push_back(integer_setting<T>("valid-bleu-sentences", "valid_bleu_sentences", run,
+                                   "Decode only the first N validation sentences (0 = all)", 0, 1e9,
+                                   [](auto& c) -> auto& { return c.valid_bleu_sentences; }));
+    return t;
+}
+
+// One value from one place, with where it came from for errors ("--lr", "run.toml:3: lr", "preset toy: lr").
+struct SourcedValue {
+    std::string name, value, where;
+};
+
+// The values a config file gives: top-level keys, or keys of a [train] table (TOML, read by toml++).
+std::vector<SourcedValue> read_config_file(const std::string& path) {
+    toml::table file;
+    try {
+        file = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+        throw std::invalid_argument(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
+                                    std::string(e.description()));
+    }
+    std::vector<SourcedValue> out;
+    auto read_value = [&](const toml::key& key, const toml::node& node) {
+        const std::string name(key.str());
+        const std::string where = path + ":" + std::to_string(node.source().begin.line) + ": " + name;
+        if (auto s = node.value_exact<std::string>()) out.push_back({name, *s, where});
+        else if (auto i = node.value_exact<std::int64_t>()) out.push_back({name, std::to_string(*i), where});
+        else if (auto d = node.value_exact<double>()) out.push_back({name, setting_detail::format_real(*d), where});
+        else if (auto b = node.value_exact<bool>()) out.push_back({name, *b ? "true" : "false", where});
+        else throw std::invalid_argument(where + ": must be a string, a number or true/false");
+    };
+    for (auto&& [key, node] : file) {
+        if (const toml::table* section = node.as_table()) {
+            if (key.str() != "train") throw std::invalid_argument(path + ": section [" + std::string(key.str()) + "] is not [train]");
+            for (auto&& [k, n] : *section) read_value(k, n);
+        } else {
+            read_value(key, node);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+const std::vector<Setting<TrainConfig>>& train_settings() {
+    static const std::vector<Setting<TrainConfig>> table = build_table();
+    return table;
+}
+
+std::vector<Preset> train_presets() {
+    const char* env = std::getenv("TAPEFORMER_MULTI30K");
+    const std::string m = env ? env : "../shared/data/multi30k";
+    return {
+        {"toy",
+         "the toy corpus in data/toy: word vocabulary, small model, 800 steps (at most 4.5 minutes of training)",
+         {{"train-src", "data/toy/train.src"}, {"train-tgt", "data/toy/train.tgt"}, {"valid-src", "data/toy/valid.src"},
+          {"valid-tgt", "data/toy/valid.tgt"}, {"tokenizer", "word"}, {"vocab-size", "0"}, {"tie", "all"},
+          {"d-model", "128"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "2"}, {"dropout", "0.1"},
+          {"batch-tokens", "3000"}, {"max-len", "40"}, {"lr", "1.0"}, {"warmup", "400"}, {"max-steps", "800"},
+          {"time-budget", "4.5"}, {"valid-every", "500"}, {"checkpoint-every", "500"}, {"log-every", "100"},
+          {"valid-bleu-sentences", "300"}}},
+        {"multi30k",
+         "Multi30k German->English from $TAPEFORMER_MULTI30K (default ../shared/data/multi30k), the reference setup of "
+         "../shared/bench/README.md",
+         {{"train-src", m + "/train.de"}, {"train-tgt", m + "/train.en"}, {"valid-src", m + "/val.de"},
+          {"valid-tgt", m + "/val.en"}, {"tokenizer", "unigram"}, {"vocab-size", "8000"}, {"tie", "all"},
+          {"d-model", "256"}, {"heads", "4"}, {"ffn", "512"}, {"layers", "3"}, {"dropout", "0.1"},
+          {"batch-tokens", "2600"}, {"max-len", "100"}, {"lr", "1.0"}, {"warmup", "800"}, {"epochs", "100"},
+          {"valid-every", "1000"}, {"checkpoint-every", "1000"}, {"log-every", "100"}}},
+    };
+}
+
+ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
+    ResolvedTrainConfig r;
+    TrainConfig& c = r.config;
+    c.out_dir = args.out_dir;
+    c.resume = args.resume;
+    c.force = args.force;
+    c.check_nan = args.check_nan;
+    c.threads = args.threads;
+    const auto& table = train_settings();
+
+    std::vector<SourcedValue> flags;
+    for (const auto& [name, value] : args.flags) flags.push_back({name, value, "--" + name});
+
+    // The sources, from the lowest precedence to the highest; each overrides what came before.
+    std::vector<std::vector<SourcedValue>> sources;
+    if (args.resume) {
+        // The run's own settings (run.json) apply; this call may change only where the run stops and
+        // what it logs, validates and keeps, none of which changes a number the training computes.
+        const std::set<std::string> stopping = {"max-steps", "epochs", "time-budget"};
+        const std::set<std::string> changes = {"log-every", "valid-every", "checkpoint-every", "keep"};
+        std::string ignored;
+        if (!args.config_file.empty()) ignored += " --config";
+        if (!args.preset.empty()) ignored += " --preset";
+        std::vector<SourcedValue> applied;
+        for (const SourcedValue& v : flags) {
+            if (stopping.count(v.name) || changes.count(v.name)) applied.push_back(v);
+            else ignored += " " + v.where;
+        }
+        sources.push_back(applied);
+        if (!ignored.empty())
+            r.notes.push_back("--resume keeps the run's own settings (the seed, the model, the data and how the best model "
+                              "is chosen cannot change mid-run); ignored:" + ignored);
+    } else {
+        if (!args.preset.empty()) {
+            const std::vector<Preset> presets = train_presets();
+            const Preset* preset = nullptr;
+            std::string names;
+            for (const Preset& p : presets) {
+                if (p.name == args.preset) preset = &p;
+                names += (names.empty() ? "" : ", ") + p.name;
+            }
+            if (!preset) throw std::invalid_argument("--preset '" + args.preset + "' is not one of: " + names);
+            std::vector<SourcedValue> values;
+            for (const auto& [name, value] : preset->values) values.push_back({name, value, "preset " + preset->name + ": " + name});
+            sources.push_back(values);
+        }
+        if (!args.config_file.empty()) sources.push_back(read_config_file(args.config_file));
+        sources.push_back(flags);
+    }
+
+    std::set<std::string> given;  // settings some source set
+    for (const std::vector<SourcedValue>& source : sources) {
+        std::set<std::string> here;
+        for (const SourcedValue& v : source) here.insert(v.name);
+        if (here.count("layers") && (here.count("enc-layers") || here.count("dec-layers")))
+            throw std::invalid_argument(source.front().where + ": --layers sets both --enc-layers and --dec-layers; "
+                                        "give either --layers or those two, not both");
+        for (const SourcedValue& v : source) {
+            const Setting<TrainConfig>* s = find_setting(table, v.name);
+            if (!s) throw std::invalid_argument(v.where + ": not a setting of tapeformer train (see tapeformer train --help)");
+            apply_setting(*s, c, v.value, v.where);
+            given.insert(v.name);
+            if (v.name == "layers") given.insert({"enc-layers", "dec-layers"});
+        }
+    }
+    if (args.resume) {
+        const auto value = [&](const char* name) { return std::stoll(find_setting(table, name)->get(c)); };
+        if (given.count("log-every")) c.resume_changes.log_every = value("log-every");
+        if (given.count("valid-every")) c.resume_changes.valid_every = value("valid-every");
+        if (given.count("checkpoint-every")) c.resume_changes.checkpoint_every = value("checkpoint-every");
+        if (given.count("keep")) c.resume_changes.keep = static_cast<int>(value("keep"));
+        return r;
+    }
+
+    // Defaults that follow from other settings.
+    if (!given.count("attention-dropout")) c.model.attention_dropout = c.model.dropout;
+    if (!given.count("activation-dropout")) c.model.activation_dropout = c.model.dropout;
+    Schedule& schedule = c.optim.schedule;
+    if (schedule.kind != ScheduleKind::Noam) {
+        if (!given.count("lr")) {
+            schedule.lr = kDefaultAbsoluteLr;
+        } else if (schedule.lr > 0.01) {
+            r.notes.push_back("--lr " + setting_detail::format_real(schedule.lr) + " is the peak learning rate itself with --schedule " +
+                              schedule_kind_name(schedule.kind) + " (only noam's --lr is a factor); Transformers usually "
+                              "train with 1e-4 to 1e-3");
+        }
+    }
+    if (schedule.total_steps == 0) schedule.total_steps = c.max_steps;
+    schedule.d_model = c.model.d_model;
+    return r;
+}
+
+std::string to_toml(const TrainConfig& c) {
+    std::ostringstream out;
+    out << "# tapeformer train: the resolved settings of this run.\n"
+           "# Repeat it with: tapeformer train --config config.toml --out NEWDIR\n";
+    std::string group;
+    for (const Setting<TrainConfig>& s : train_settings()) {
+        if (s.name.empty() || s.key.empty()) continue;  // stored-only values and aliases
+        if (s.group != group) out << "\n# " << (group = s.group) << "\n";
+        out << s.name << " = ";
+        if (s.type == SettingType::Text || s.type == SettingType::Choice)
+            out << toml::value<std::string>(s.get(c));  // quoted and escaped as TOML requires
+        else
+            out << s.get(c);
+        out << "\n";
+    }
+    return out.str();
+}
+
+namespace {
+
+nlohmann::json::json_pointer json_path(const std::string& key) {  // "optim.lr" -> /optim/lr
+    std::string path = "/" + key;
+    for (char& ch : path)
+        if (ch == '.') ch = '/';
+    return nlohmann::json::json_pointer(path);
+}
+
+}  // namespace
+
+std::string to_json(const TrainConfig& c) {
+    nlohmann::json j;
+    for (const Setting<TrainConfig>& s : train_settings()) {
+        if (s.key.empty()) continue;
+        nlohmann::json& slot = j[json_path(s.key)];
+        const std::string value = s.get(c);
+        switch (s.type) {
+            case SettingType::Integer: slot = std::stoll(value); break;
+            case SettingType::Real: slot = std::stod(value); break;
+            case SettingType::Bool: slot = value == "true"; break;
+            case SettingType::Text:
+            case SettingType::Choice: slot = value; break;
+        }
+    }
+    j["format"] = kCheckpointFormat;
+    return j.dump(2) + "\n";
+}
+
+TrainConfig train_config_from_json(const std::string& text) {
+    TrainConfig c;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(text);
+        if (j.at("format").get<int>() != kCheckpointFormat)
+            throw std::runtime_error("format " + std::to_string(j.at("format").get<int>()) + ", this build reads " +
+                                     std::to_string(kCheckpointFormat) + " (written by another version of tapeformer)");
+        for (const Setting<TrainConfig>& s : train_settings()) {
+            if (s.key.empty()) continue;
+            const auto path = json_path(s.key);
+            if (!j.contains(path)) {
+                if (s.required) throw std::runtime_error("\"" + s.key + "\" is missing");
+                continue;  // written by an older version: the default
+            }
+            const nlohmann::json& v = j.at(path);  // older versions wrote the model's values as strings
+            apply_setting(s, c, v.is_string() ? v.get<std::string>() : v.dump(),
+                          "\"" + s.key + "\"" + (s.name.empty() ? "" : " (--" + s.name + ")"));
+        }
+        c.optim.schedule.d_model = c.model.d_model;
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
+    }
+    return c;
+}
+
+TF_NAMESPACE_END

@@ -1,0 +1,251 @@
+// The one table of train settings (train_settings.h): every setting survives config.toml, run.json and
+// the weights file's metadata unchanged; flags beat --config beat --preset; every number is bounded.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "helpers.h"
+#include "tapeformer/nn/transformer.h"
+#include "tapeformer/train_settings.h"
+
+using namespace tf_test;
+using Catch::Contains;
+
+namespace {
+
+// A value for `s` that differs from its value in `c` and is accepted: the test of a round trip must
+// change every setting, or a setting that is not written would pass unnoticed.
+std::string other_value(const tf::Setting<tf::TrainConfig>& s, const tf::TrainConfig& c) {
+    const std::string now = s.get(c);
+    switch (s.type) {
+        case tf::SettingType::Integer: {
+            const long long lo = static_cast<long long>(s.lo) + (s.lo_open ? 1 : 0);
+            const long long v = std::stoll(now) == lo + 1 ? lo + 2 : lo + 1;
+            return std::to_string(v);
+        }
+        case tf::SettingType::Real: {
+            const double hi = s.hi > 1 ? 0.75 : s.hi * 0.75;  // inside every range in the table
+            return tf::setting_detail::format_real(std::stod(now) == hi ? hi / 2 : hi);
+        }
+        case tf::SettingType::Bool: return now == "true" ? "false" : "true";
+        case tf::SettingType::Text: return "dir with \"quotes\", a \\ backslash, 'single' and #hash/" + s.name;
+        case tf::SettingType::Choice: return s.choices.back() == now ? s.choices.front() : s.choices.back();
+    }
+    return now;
+}
+
+// A config in which every named, stored setting differs from the default.
+tf::TrainConfig everything_changed() {
+    tf::TrainConfig c;
+    for (const auto& s : tf::train_settings())
+        if (!s.key.empty()) tf::apply_setting(s, c, other_value(s, tf::TrainConfig{}), s.key);
+    return c;
+}
+
+void check_same_settings(const tf::TrainConfig& a, const tf::TrainConfig& b) {
+    for (const auto& s : tf::train_settings()) {
+        if (s.key.empty()) continue;
+        INFO(s.key);
+        CHECK(s.get(a) == s.get(b));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("train settings: every setting survives config.toml, run.json and the model metadata", "[train][settings]") {
+    const tf::TrainConfig changed = everything_changed();
+    const tf::TrainConfig defaults;
+    for (const auto& s : tf::train_settings()) {
+        if (s.key.empty()) continue;
+        INFO(s.key);
+        CHECK(s.get(changed) != s.get(defaults));
+    }
+
+    SECTION("config.toml, read back as --config") {
+        TempDir tmp("settings");
+        const std::string path = write_file(tmp, "config.toml", tf::to_toml(changed));
+        tf::TrainArguments args;
+        args.config_file = path;
+        const tf::TrainConfig back = tf::resolve_train_config(args).config;
+        // Values with no flag (the vocabulary sizes and special ids) come from the tokenizer, not the file.
+        for (const auto& s : tf::train_settings()) {
+            if (s.key.empty() || s.name.empty()) continue;
+            INFO(s.name);
+            CHECK(s.get(back) == s.get(changed));
+        }
+        CHECK(tf::to_toml(back) == tf::to_toml(changed));
+    }
+    SECTION("run.json") {
+        check_same_settings(tf::train_config_from_json(tf::to_json(changed)), changed);
+    }
+    SECTION("the weights file's metadata") {
+        const tf::ModelConfig back = tf::ModelConfig::from_metadata(changed.model.to_metadata());
+        for (const auto& s : tf::ModelConfig::settings()) {
+            INFO(s.key);
+            CHECK(s.get(back) == s.get(changed.model));
+        }
+    }
+}
+
+TEST_CASE("train settings: a run.json of an older version (model values as text, newer keys absent) is read",
+          "[train][settings]") {
+    const tf::TrainConfig changed = everything_changed();
+    nlohmann::json j = nlohmann::json::parse(tf::to_json(changed));
+    for (auto& [key, value] : j["model"].items()) value = value.is_string() ? value : nlohmann::json(value.dump());
+    for (const auto& s : tf::train_settings()) {  // what older versions did not write
+        if (s.required) continue;
+        std::string path = "/" + s.key;
+        std::replace(path.begin(), path.end(), '.', '/');
+        const nlohmann::json::json_pointer key(path);
+        j[key.parent_pointer()].erase(key.back());
+    }
+    const tf::TrainConfig back = tf::train_config_from_json(j.dump());
+    for (const auto& s : tf::train_settings()) {
+        if (s.key.empty()) continue;
+        INFO(s.key);
+        CHECK(s.get(back) == (s.required ? s.get(changed) : s.get(tf::TrainConfig{})));
+    }
+    // A required value missing, or of the wrong type, is refused naming it.
+    nlohmann::json missing = j;
+    missing["optim"].erase("lr");
+    CHECK_THROWS_WITH(tf::train_config_from_json(missing.dump()), Contains("optim.lr") && Contains("missing"));
+    nlohmann::json wrong = j;
+    wrong["model"]["heads"] = 2.5;
+    CHECK_THROWS_WITH(tf::train_config_from_json(wrong.dump()), Contains("model.heads") && Contains("2.5"));
+}
+
+TEST_CASE("train settings: flags beat --config, which beats --preset; --layers is one source's shorthand",
+          "[train][settings]") {
+    TempDir tmp("settings");
+    tf::TrainArguments args;
+    args.preset = "toy";
+    CHECK(tf::resolve_train_config(args).config.model.d_model == 128);
+    args.config_file = write_file(tmp, "a.toml", "d-model = 64\n[train]\nffn = 96\n");
+    tf::TrainConfig c = tf::resolve_train_config(args).config;
+    CHECK(c.model.d_model == 64);
+    CHECK(c.model.ffn == 96);
+    CHECK(c.model.heads == 4);  // the preset's
+    args.flags = {{"d-model", "32"}};
+    CHECK(tf::resolve_train_config(args).config.model.d_model == 32);
+
+    // The preset says --layers 2; a flag for one side overrides that side only.
+    args.flags = {{"enc-layers", "3"}};
+    c = tf::resolve_train_config(args).config;
+    CHECK(c.model.enc_layers == 3);
+    CHECK(c.model.dec_layers == 2);
+    // In one place, --layers with --enc-layers is a contradiction.
+    args.flags = {{"layers", "2"}, {"enc-layers", "3"}};
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--layers") && Contains("--enc-layers"));
+    args.flags = {};
+    args.config_file = write_file(tmp, "b.toml", "layers = 2\ndec-layers = 1\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("b.toml") && Contains("--layers"));
+}
+
+TEST_CASE("train settings: defaults that follow from other settings", "[train][settings]") {
+    tf::TrainArguments args;
+    args.flags = {{"dropout", "0.3"}, {"max-steps", "50"}};
+    tf::ResolvedTrainConfig r = tf::resolve_train_config(args);
+    CHECK(r.config.model.attention_dropout == 0.3);
+    CHECK(r.config.model.activation_dropout == 0.3);
+    CHECK(r.config.optim.schedule.total_steps == 50);
+    CHECK(r.config.optim.schedule.lr == 1.0);  // noam: a factor
+    CHECK(r.notes.empty());
+
+    args.flags = {{"schedule", "cosine"}, {"max-steps", "50"}, {"warmup", "5"}};
+    r = tf::resolve_train_config(args);
+    CHECK(r.config.optim.schedule.lr == 5e-4);  // the other schedules: the rate itself
+    CHECK(r.notes.empty());
+    args.flags.push_back({"lr", "1"});
+    r = tf::resolve_train_config(args);
+    CHECK(r.config.optim.schedule.lr == 1.0);
+    REQUIRE(r.notes.size() == 1);
+    CHECK_THAT(r.notes[0], Contains("--lr 1") && Contains("cosine"));
+}
+
+TEST_CASE("train settings: every number is range-checked, overflow included, naming where it came from",
+          "[train][settings]") {
+    for (const auto& s : tf::train_settings()) {
+        if (s.name.empty() || (s.type != tf::SettingType::Integer && s.type != tf::SettingType::Real)) continue;
+        INFO(s.name);
+        tf::TrainArguments args;
+        if (s.name != "seed") {  // the seed's bound is the largest int64: one more is the overflow case below
+            const std::string above = s.type == tf::SettingType::Integer ? std::to_string(static_cast<long long>(s.hi) + 1)
+                                                                         : tf::setting_detail::format_real(s.hi * 2 + 1);
+            args.flags = {{s.name, above}};
+            CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--" + s.name) && Contains(above));
+        }
+        args.flags = {{s.name, "-1"}};
+        CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--" + s.name) && Contains("-1"));
+        for (const char* bad : {"99999999999999999999999", "12abc", "", "nan", "inf"}) {
+            args.flags = {{s.name, bad}};
+            CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--" + s.name));
+        }
+    }
+    tf::TrainArguments args;
+    args.flags = {{"norm", "middle"}};
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--norm") && Contains("post, pre") && Contains("middle"));
+    args.flags = {{"valid-bleu", "maybe"}};
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--valid-bleu"));
+}
+
+TEST_CASE("train settings: a bad config file is refused with its line", "[train][settings]") {
+    TempDir tmp("settings");
+    tf::TrainArguments args;
+    args.config_file = write_file(tmp, "a.toml", "d-model = 32\nwidth = 3\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("a.toml:2: width") && Contains("not a setting"));
+    args.config_file = write_file(tmp, "b.toml", "d-model = 32\n[model]\nheads = 2\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("b.toml") && Contains("[model]"));
+    args.config_file = write_file(tmp, "c.toml", "d-model = 32\nheads = = 2\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("c.toml:2") && Contains("TOML"));
+    args.config_file = write_file(tmp, "d.toml", "heads = 0\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("d.toml:1: heads") && Contains("[1, 1024]"));
+    args.config_file = write_file(tmp, "e.toml", "heads = [1, 2]\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("e.toml:1: heads"));
+    args.config_file = tmp / "absent.toml";
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("absent.toml"));
+    args.config_file = "";
+    args.preset = "nonesuch";
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("nonesuch") && Contains("toy"));
+}
+
+TEST_CASE("model settings: sizes in an edited weights file are bounded before anything is allocated", "[nn][settings]") {
+    const auto meta = tf::ModelConfig{}.to_metadata();
+    for (const auto& [key, value] : std::map<std::string, std::string>{
+             {"ffn", "99999999999999"}, {"max_len", "100000000"}, {"heads", "-4"}, {"d_model", "1e3"}, {"src_vocab", "0"}}) {
+        INFO(key);
+        auto bad = meta;
+        bad[key] = value;
+        CHECK_THROWS_WITH(tf::ModelConfig::from_metadata(bad), Contains(key) && Contains(value));
+    }
+    // Each size within its bounds, all together far too large: refused by validate, not by bad_alloc.
+    tf::ModelConfig huge;
+    huge.d_model = 16384;
+    huge.heads = 16;
+    huge.ffn = 262144;
+    huge.enc_layers = huge.dec_layers = 64;
+    CHECK_THROWS_WITH(huge.validate(), Contains("exceed the limit"));
+    CHECK_THROWS_AS(tf::Transformer(huge, 1), std::invalid_argument);
+}
+
+TEST_CASE("model settings: parameter_count from the config equals the allocated model's", "[nn][settings]") {
+    for (tf::Tying tie : {tf::Tying::None, tf::Tying::Decoder, tf::Tying::All})
+        for (tf::NormPosition norm : {tf::NormPosition::Post, tf::NormPosition::Pre})
+            for (tf::PositionalKind positional : {tf::PositionalKind::Sinusoidal, tf::PositionalKind::Learned}) {
+                tf::ModelConfig c;
+                c.src_vocab = c.tgt_vocab = 50;
+                if (tie == tf::Tying::None) c.tgt_vocab = 40;
+                c.d_model = 16;
+                c.heads = 2;
+                c.ffn = 24;
+                c.enc_layers = 2;
+                c.dec_layers = 1;
+                c.max_len = 32;
+                c.tie = tie;
+                c.norm = norm;
+                c.positional = positional;
+                INFO(tf::to_string(tie) << " " << tf::to_string(norm) << " " << tf::to_string(positional));
+                CHECK(c.parameter_count() == tf::Transformer(c, 1).parameter_count());
+            }
+}
