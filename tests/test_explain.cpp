@@ -184,3 +184,32 @@ TEST_CASE("explain: the command on an untrained model narrows, checks and refuse
     CHECK(std::system((shell_quote(TF_CLI) + " explain 'a b' >/dev/null 2>" + shell_quote(err)).c_str()) != 0);
     CHECK(read_all(err).find("--model DIR or --init") != std::string::npos);
 }
+
+TEST_CASE("explain and tape: the commands on a trained model directory", "[explain][tape][cli]") {
+    TempDir tmp("explain_model");
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/", model = tmp / "model";
+    const std::string train = shell_quote(TF_CLI) + " --threads 1 train --train-src " + shell_quote(toy + "valid.src") +
+                              " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                              " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --enc-layers 2" +
+                              " --dec-layers 1 --max-steps 5 --out " + shell_quote(model) + " >/dev/null 2>&1";
+    REQUIRE(std::system(train.c_str()) == 0);
+    const std::string out = tmp / "out.txt";
+    const std::string src = "'the blue men that sing .'", tgt = "'loi donon blavoi .'";
+    REQUIRE(std::system((shell_quote(TF_CLI) + " --threads 1 explain --model " + shell_quote(model) + " " + src +
+                         " --check > " + shell_quote(out)).c_str()) == 0);
+    std::string text = read_all(out);
+    CHECK(text.find("2+1 layers, C 16, H 2, D 8") != std::string::npos);
+    CHECK(text.find("the greedy translation") != std::string::npos);
+    CHECK(text.find("== encoder layer 1, feed-forward ==") != std::string::npos);
+    CHECK(text.find("checks: all passed") != std::string::npos);
+    REQUIRE(std::system((shell_quote(TF_CLI) + " --threads 1 explain --model " + shell_quote(model) + " " + src + " --tgt " + tgt +
+                         " --stage chosen > " + shell_quote(out)).c_str()) == 0);
+    text = read_all(out);
+    CHECK(text.find("T = 5 decoder positions (<s> + --tgt)") != std::string::npos);
+    CHECK(text.find("after <s> -> ") != std::string::npos);
+    REQUIRE(std::system((shell_quote(TF_CLI) + " --threads 1 tape --model " + shell_quote(model) + " --src " + src + " --tgt " + tgt +
+                         " > " + shell_quote(out)).c_str()) == 0);
+    text = read_all(out);
+    CHECK(text.find("encoder.layers.1.self_attn.in_proj_weight (48, 16)") != std::string::npos);
+    CHECK(text.find("backward visits") != std::string::npos);
+}
