@@ -599,7 +599,8 @@ std::string format_explanation(const Explanation& ex, const ExplainView& v) {
             if (!s.value.defined() || !shown(s, v)) continue;
             std::string where = s.part + (s.layer >= 0 ? " layer " + std::to_string(s.layer) : "") + (s.block.empty() ? "" : " " + s.block);
             char buf[256];
-            std::snprintf(buf, sizeof buf, "[%zu] %-10s %-38s ", i + 1, s.id.c_str(), where.c_str());
+            const std::string index = "[" + std::to_string(i + 1) + "]";
+            std::snprintf(buf, sizeof buf, "%-5s %-10s %-38s ", index.c_str(), s.id.c_str(), where.c_str());
             o << buf << (s.grad_norm >= 0 ? "|dL/dx| = " + fmt("%.4e", s.grad_norm) : "no gradient (not on the loss's path)") << "\n";
         }
     }

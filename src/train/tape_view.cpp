@@ -53,7 +53,9 @@ std::string layer_of(const std::string& module) {
 // Builds the graph from the tape's records; keeps a handle to every tensor to read gradients later.
 class GraphBuilder {
 public:
-    GraphBuilder(TapeGraph& g, const ParamList& params) : g_(g), params_(params) {}
+    // params: named parameters; constants: named tensors without gradient (the sinusoidal positional table)
+    GraphBuilder(TapeGraph& g, const ParamList& params, const ParamList& constants)
+        : g_(g), params_(params), constants_(constants) {}
 
     int tensor_of(const Tensor& t) {
         const Key key{t.data(), t.numel()};
@@ -63,18 +65,8 @@ public:
         n.kind = TapeTensor::Kind::Constant;
         n.name = "constant";
         n.shape = t.shape();
-        for (const NamedTensor& p : params_) {
-            const real* base = p.tensor.data();
-            if (t.data() < base || t.data() + t.numel() > base + p.tensor.numel()) continue;
-            n.kind = TapeTensor::Kind::Parameter;
-            n.name = p.name;
-            n.module = module_of(p.name);
-            if (t.numel() != p.tensor.numel()) {  // a block of rows, as Tensor::rows gives
-                const std::int64_t row = p.tensor.numel() / p.tensor.size(0), first = (t.data() - base) / row;
-                n.name += "[" + std::to_string(first) + ":" + std::to_string(first + t.numel() / row) + "]";
-            }
-            break;
-        }
+        if (name_from(params_, t, n)) n.kind = TapeTensor::Kind::Parameter;
+        else if (name_from(constants_, t, n)) n.module.clear();  // stays a constant, outside every module
         return add(key, n, t);
     }
 
@@ -106,6 +98,22 @@ public:
     const Tensor& handle(int i) const { return handles_[i]; }
 
 private:
+    // Names n after the tensor of `named` whose memory holds t ("W[8:24]" for a block of its rows).
+    static bool name_from(const ParamList& named, const Tensor& t, TapeTensor& n) {
+        for (const NamedTensor& p : named) {
+            const real* base = p.tensor.data();
+            if (t.data() < base || t.data() + t.numel() > base + p.tensor.numel()) continue;
+            n.name = p.name;
+            n.module = module_of(p.name);
+            if (t.numel() != p.tensor.numel()) {  // a block of rows, as Tensor::rows gives
+                const std::int64_t row = p.tensor.numel() / p.tensor.size(0), first = (t.data() - base) / row;
+                n.name += "[" + std::to_string(first) + ":" + std::to_string(first + t.numel() / row) + "]";
+            }
+            return true;
+        }
+        return false;
+    }
+
     struct Key {
         const real* data;
         std::int64_t numel;
@@ -119,6 +127,7 @@ private:
 
     TapeGraph& g_;
     const ParamList& params_;
+    const ParamList& constants_;
     std::map<Key, int> index_;
     std::vector<Tensor> handles_;
 };
@@ -172,7 +181,9 @@ TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_
     Tensor loss = step_loss(model, src_ids, tgt_ids, options);
     TapeGraph g;
     g.loss = loss.item();
-    GraphBuilder b(g, params);
+    ParamList constants;
+    if (model.config.positional == PositionalKind::Sinusoidal) constants.push_back({"positional.table", model.positional.table});
+    GraphBuilder b(g, params, constants);
     const std::vector<TapeRecord>& records = tape().records();
     for (std::size_t r = 0; r < records.size(); ++r) {
         const TapeRecord& rec = records[r];
