@@ -212,5 +212,13 @@ TEST_CASE("explain and tape: the commands on a trained model directory", "[expla
                          " > " + shell_quote(out)).c_str()) == 0);
     text = read_all(out);
     CHECK(text.find("encoder.layers.1.self_attn.in_proj_weight (48, 16)") != std::string::npos);
+    // Flags that shape an untrained model are refused with a trained one, in one line.
+    for (const std::string& cmd : {std::string(" explain --model ") + shell_quote(model) + " " + src + " --heads 4",
+                                   std::string(" tape --model ") + shell_quote(model) + " --d-model 32"}) {
+        INFO(cmd);
+        CHECK(std::system((shell_quote(TF_CLI) + cmd + " >/dev/null 2>" + shell_quote(out)).c_str()) != 0);
+        REQUIRE(split_lines(read_all(out)).size() == 1);
+        CHECK(read_all(out).find("--model DIR brings its own") != std::string::npos);
+    }
     CHECK(text.find("backward visits") != std::string::npos);
 }

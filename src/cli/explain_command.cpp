@@ -63,7 +63,7 @@ void add_explain_command(CLI::App& app) {
     cmd->add_option("--tgt", opt->tgt,
                     "The target sentence the decoder is fed (default: the model's greedy translation; with --init the\n"
                     "sentence itself)");
-    cmd->add_option("--layer", opt->view.layer, "Only this layer's stages (0-based; encoder and decoder)");
+    cmd->add_option("--layer", opt->view.layer, "Only this layer's stages (0-based; encoder and decoder; with --stage, stages matching both)");
     cmd->add_option("--head", opt->view.head, "Only this head in per-head stages (0-based)");
     cmd->add_option("--stage", opt->view.stages,
                     "Only these stages, comma-separated: text, tokens, ids, embed, scale, positional, norm, qkv, q_proj,\n"
@@ -87,6 +87,9 @@ void add_explain_command(CLI::App& app) {
         const bool model_given = cmd->count("--model") > 0;
         if (!model_given && !opt->init) throw std::runtime_error("explain: give --model DIR or --init (see tapeformer explain --help)");
         if (cmd->count("--tgt") && trim(opt->tgt).empty()) throw std::runtime_error("--tgt: the target sentence is empty");
+        for (const char* flag : {"--d-model", "--heads", "--ffn", "--layers", "--norm", "--seed"})
+            if (model_given && cmd->count(flag))
+                throw std::runtime_error(std::string(flag) + ": only with --init; --model DIR brings its own model");
         ModelBundle bundle;
         if (model_given) {
             bundle = load_model_dir(opt->model_dir);

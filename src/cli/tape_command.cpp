@@ -65,6 +65,9 @@ void add_tape_command(CLI::App& app) {
         if (opt->forward_only && (opt->step_backward || opt->backward_twice))
             throw std::runtime_error("--forward-only: cannot go with --step-backward or --backward-twice");
         const bool model_given = cmd->count("--model") > 0;
+        for (const char* flag : {"--d-model", "--heads", "--ffn", "--layers"})
+            if (model_given && cmd->count(flag))
+                throw std::runtime_error(std::string(flag) + ": sets the tiny model's shape; --model DIR brings its own");
         ModelBundle bundle;
         if (model_given) {
             bundle = load_model_dir(opt->model_dir);
