@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
     tf::add_summary_command(app);
     tf::add_heads_command(app);
     tf::add_attention_command(app);
+    tf::add_explain_command(app);
+    tf::add_tape_command(app);
 
     try {
         app.parse(argc, argv);

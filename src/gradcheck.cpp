@@ -56,6 +56,9 @@ GradcheckResult gradcheck(const std::string& name, const GradcheckFn& f, std::ve
     GradcheckResult result;
     result.name = name;
     result.shapes = shapes_of(inputs);
+    result.step = h, result.tolerance = tol;
+    if (options.keep_elements)
+        for (const Tensor& t : inputs) result.input_shapes.push_back(t.shape());
     tape().clear();
     for (Tensor& t : inputs) t.zero_grad();
 
@@ -68,7 +71,8 @@ GradcheckResult gradcheck(const std::string& name, const GradcheckFn& f, std::ve
 
     // Numeric: central differences, one element at a time.
     bool finite = true;
-    for (Tensor& t : inputs) {
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+        Tensor& t = inputs[k];
         if (!t.requires_grad()) continue;
         const std::vector<real> analytic = t.grad_vector();
         double max_abs = 0, max_num = 0;
@@ -84,6 +88,7 @@ GradcheckResult gradcheck(const std::string& name, const GradcheckFn& f, std::ve
             x[i] = saved;
             const double numeric = (plus - minus) / (2 * h);
             const double err = std::fabs(double(analytic[i]) - numeric);
+            if (options.keep_elements) result.elements.push_back({k, i, double(analytic[i]), numeric});
             if (!std::isfinite(err)) finite = false;
             max_abs = std::max(max_abs, err);
             max_num = std::max(max_num, std::fabs(numeric));

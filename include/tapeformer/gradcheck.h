@@ -20,6 +20,14 @@ struct GradcheckOptions {
     double tolerance = 1e-6;     // pass when max |analytic − numeric| / max |numeric| ≤ tolerance (float32: 1e-2)
     std::uint64_t seed = 1;      // for the upstream vector r
     std::int64_t max_per_input = 0;  // > 0: perturb only this many elements of each input, evenly spread
+    bool keep_elements = false;  // keep every perturbed element's two gradients (`gradcheck --op` prints them)
+};
+
+// One perturbed input element: the gradient backward computed and the central difference.
+struct GradcheckElement {
+    std::size_t input = 0;       // which input
+    std::int64_t index = 0;      // flat index into it
+    double analytic = 0, numeric = 0;
 };
 
 struct GradcheckResult {
@@ -29,6 +37,9 @@ struct GradcheckResult {
     double max_rel_error = 0;    // max over inputs of  max|a − n| / max|n|
     std::int64_t checked = 0;    // number of input elements perturbed
     bool passed = false;
+    std::vector<Shape> input_shapes;          // with keep_elements
+    std::vector<GradcheckElement> elements;   // with keep_elements, in the order perturbed
+    double step = 0, tolerance = 0;           // the h and tolerance used
 };
 
 // f is called several times with the same inputs (perturbed one element at a time); it must be a pure

@@ -10,10 +10,12 @@ namespace f64 {
 struct GradcheckCliOptions {
     std::uint64_t seed = 1;
     std::string filter;  // run only checks whose name contains this text
+    std::string op;      // non-empty: check this one op and print it element by element
     bool color = false;
     bool list_only = false;
 };
-// Prints the table to stdout; returns the number of failed checks.
+// Prints the table (or, with `op`, one op element by element) to stdout; returns the number of failed checks.
+// An unknown op throws std::invalid_argument listing the valid names.
 int run_gradcheck_cli(const GradcheckCliOptions& options);
 }  // namespace f64
 }  // namespace tf

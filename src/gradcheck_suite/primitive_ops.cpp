@@ -1,8 +1,10 @@
 // The suite of primitive-op gradient checks behind `tapeformer gradcheck`: every op of ops.h on small
 // random inputs, grouped as in ops.h. Each group is one function; check_primitive_ops runs them in order.
+#include <algorithm>
 #include <limits>
 
 #include "tapeformer/gradcheck_suite.h"
+#include "tapeformer/error.h"
 #include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
@@ -10,26 +12,34 @@ TF_NAMESPACE_BEGIN
 namespace {
 
 // What every group shares: the results so far, and a fresh seed for every random input.
+// With `only_op`, runs just the first check of that op (its simplest form), keeping every element.
 class OpChecks {
 public:
-    explicit OpChecks(std::uint64_t seed) : seed_(seed), next_seed_(seed * 1000) {}
+    OpChecks(std::uint64_t seed, std::string only_op) : seed_(seed), next_seed_(seed * 1000), only_op_(std::move(only_op)) {}
 
     // A random input with values uniform in [lo, hi).
     Tensor rnd(const Shape& s, double lo = -1, double hi = 1) { return random_tensor(s, ++next_seed_, lo, hi); }
     // Every element of every input perturbed.
-    void check(const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) {
-        results.push_back(gradcheck(name, f, std::move(in), GradcheckOptions{1e-6, 1e-6, seed_}));
-    }
+    void check(const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) { run(name, f, std::move(in), 0); }
     // For inputs big enough to take an op's threaded or BLAS path: 64 elements of each input, spread out.
-    void check_sampled(const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) {
-        results.push_back(gradcheck(name, f, std::move(in), GradcheckOptions{1e-6, 1e-6, seed_, 64}));
-    }
+    void check_sampled(const std::string& name, const GradcheckFn& f, std::vector<Tensor> in) { run(name, f, std::move(in), 64); }
 
     std::vector<GradcheckResult> results;
+    std::vector<std::string> ops;  // the ops checked, in order: the first word of each check's name
 
 private:
+    void run(const std::string& name, const GradcheckFn& f, std::vector<Tensor> in, std::int64_t per_input) {
+        const std::string op = name.substr(0, name.find(' '));
+        if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+        if (!only_op_.empty() && (op != only_op_ || !results.empty())) return;
+        GradcheckOptions o{1e-6, 1e-6, seed_, per_input};
+        o.keep_elements = !only_op_.empty();
+        results.push_back(gradcheck(name, f, std::move(in), o));
+    }
+
     std::uint64_t seed_;       // of the upstream vectors
     std::uint64_t next_seed_;  // of the inputs
+    std::string only_op_;
 };
 
 // Element-wise arithmetic, with every kind of broadcast the model uses.
@@ -168,8 +178,8 @@ void check_embedding_and_loss(OpChecks& c) {
 
 }  // namespace
 
-std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
-    OpChecks c(seed);
+namespace {
+void run_all(OpChecks& c) {
     check_arithmetic(c);
     check_matmul(c);
     check_affine(c);
@@ -180,7 +190,30 @@ std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
     check_layer_norm(c);
     check_dropout(c);
     check_embedding_and_loss(c);
+}
+}  // namespace
+
+std::vector<GradcheckResult> check_primitive_ops(std::uint64_t seed) {
+    OpChecks c(seed, "");
+    run_all(c);
     return c.results;
+}
+
+std::vector<std::string> primitive_op_names() {
+    OpChecks c(1, "\n");  // an op no check has: nothing runs, every op is named
+    run_all(c);
+    return c.ops;
+}
+
+GradcheckResult check_one_op(const std::string& op, std::uint64_t seed) {
+    OpChecks c(seed, op);
+    run_all(c);
+    if (c.results.empty()) {
+        std::string names;
+        for (const std::string& n : c.ops) names += (names.empty() ? "" : ", ") + n;
+        fail("--op", "no op '" + op + "'; the ops are: " + names);
+    }
+    return c.results.front();
 }
 
 TF_NAMESPACE_END
