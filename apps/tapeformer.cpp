@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     tf::add_summary_command(app);
     tf::add_heads_command(app);
     tf::add_attention_command(app);
+    tf::add_report_command(app);
 
     try {
         app.parse(argc, argv);

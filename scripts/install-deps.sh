@@ -9,6 +9,7 @@ pkgs=(
   libcli11-dev             # command-line parsing
   libsentencepiece-dev     # subword tokenization
   nlohmann-json3-dev       # JSON (safetensors headers, metrics, reports)
+  chromium                 # headless, for the test that renders `tapeformer report` (skipped without it)
 )
 missing=()
 for p in "${pkgs[@]}"; do

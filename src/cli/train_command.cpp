@@ -80,7 +80,8 @@ std::string to_toml(const TrainConfig& c) {
         {"valid-every", std::to_string(c.valid_every)}, {"checkpoint-every", std::to_string(c.checkpoint_every)},
         {"keep", std::to_string(c.keep)}, {"keep-every", std::to_string(c.keep_every)},
         {"log-heads-every", std::to_string(c.log_heads_every)}, {"valid-bleu", c.valid_bleu ? "true" : "false"},
-        {"valid-bleu-sentences", std::to_string(c.valid_bleu_sentences)}};
+        {"valid-bleu-sentences", std::to_string(c.valid_bleu_sentences)},
+        {"overfit-batch", c.overfit_batch ? "true" : "false"}};
     std::string out = "# tapeformer train: the resolved settings of this run.\n"
                       "# Repeat it with: tapeformer train --config config.toml --out NEWDIR\n";
     for (const auto& [k, v] : kv) out += k + "=" + v + "\n";
@@ -208,6 +209,10 @@ void add_train_command(CLI::App& app) {
     cmd->add_flag("--force", c->force, "Start over in an --out that holds another run: once this run's inputs are read, deletes\n"
                                          "the files training wrote there (model, checkpoints, metrics, ...), not the user's own")->group(run);
     cmd->add_flag("--check-nan", c->check_nan, "On a non-finite loss or gradient, name the first op that produced it")->group(run);
+    cmd->add_flag("--overfit-batch", c->overfit_batch,
+                  "Train every step on one batch, the first pairs of --train-src/--train-tgt that fit --batch-tokens\n"
+                  "(no shuffling; dropout as configured). The loss must fall to about 0 (with --label-smoothing 0;\n"
+                  "otherwise the nll does): a debugging habit. Needs --max-steps or --time-budget")->group(run);
 
     cmd->callback([cmd, c, preset, layers, strings, config_file]() {
         // Sets an option the command line left unset, as if it had been given.

@@ -16,6 +16,7 @@ void add_encode_command(CLI::App& app);     // encode: the tokens a model sees
 void add_data_command(CLI::App& app);       // data toy|copy|reverse: write a corpus
 void add_summary_command(CLI::App& app);
 void add_heads_command(CLI::App& app);
+void add_report_command(CLI::App& app);     // report: the training run as one self-contained HTML page
 void add_attention_command(CLI::App& app);  // attention: one sentence's maps as JSON, HTML and SVG      // heads: per-head importance, gradient norms, attention statistics    // summary: modules, shapes, parameters, multiply-adds
 
 // A flag check: the value is a number > lo (strict) or >= lo; the error says so ("--beam: must be > 0, got 0").
