@@ -39,6 +39,7 @@ void add_report_command(CLI::App& app) {
         ->check(number_above(1, false))->capture_default_str();
     cmd->callback([opt, dir, out, cmd]() {
         if (!opt->tgt.empty() && opt->src.empty()) throw std::runtime_error("report: --tgt needs --src (the sentences it belongs to)");
+        if (!std::filesystem::is_directory(*dir)) throw std::runtime_error("report: --model '" + *dir + "' is not a directory");
         const std::string path = out->empty() ? (std::filesystem::path(*dir) / "report.html").string() : *out;
         check_output_path(path, "--out");
         const std::string html = training_report_html(*dir, *opt);

@@ -70,8 +70,10 @@ std::vector<double> nice_ticks(double lo, double hi, int n) {
 
 std::string heatmap_svg(const Heatmap& m) {
     const std::size_t R = m.values.size(), K = m.columns.size();
-    const int width = m.left + m.cell_width * int(K) + 10, height = m.top + m.cell_height * int(R) + 10;
     const int font = 11;
+    // Wide enough for the title too (about 0.6 em per character of bold text).
+    const int width = std::max(m.left + m.cell_width * int(K) + 10, 8 + int(m.title.size()) * font * 6 / 10);
+    const int height = m.top + m.cell_height * int(R) + 10;
     const int every = std::max(1, m.label_every);
     std::ostringstream o;
     o << "<svg xmlns=\"http://www.w3.org/2000/svg\"" << (m.id.empty() ? "" : " id=\"" + xml_escape(m.id) + "\"")
