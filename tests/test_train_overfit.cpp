@@ -44,7 +44,7 @@ TEST_CASE("train --overfit-batch: a tiny model fits one batch to a loss near 0 w
     c.model.dropout = c.model.attention_dropout = c.model.activation_dropout = 0.1;  // as configured: on
     c.model.max_len = 64;
     c.optim.label_smoothing = 0;  // so that the loss itself can reach 0
-    c.optim.schedule.kind = tf::ScheduleKind::InverseSqrt;
+    c.optim.schedule.kind = tf::ScheduleKind::Constant;  // 300 steps: loss 0.016 on an AMD EPYC (bar 0.05)
     c.optim.schedule.lr = 3e-3;
     c.optim.schedule.warmup = 20;
     c.out_dir = tmp / "run";
