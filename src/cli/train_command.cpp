@@ -47,6 +47,16 @@ std::map<std::string, Preset> presets() {
            {"d-model", "32"}, {"heads", "2"}, {"ffn", "64"}, {"layers", "1"}, {"dropout", "0"}, {"batch-tokens", "1100"},
            {"max-len", "12"}, {"lr", "1.0"}, {"warmup", "200"}, {"max-steps", "400"}, {"valid-every", "100"},
            {"checkpoint-every", "400"}, {"log-every", "50"}}}},
+        {"reverse",
+         {"the reverse task in data/reverse (write it first: tapeformer data reverse --out data/reverse): 1+1 layers,\n"
+          "    C 64, cosine decay from lr 0.01 over 1500 steps; every test sequence of a trained length (1-25) reversed\n"
+          "    exactly (test sequences of 26-30, longer than any trained on, measure length generalisation: most fail)",
+          {{"train-src", "data/reverse/train.src"}, {"train-tgt", "data/reverse/train.tgt"},
+           {"valid-src", "data/reverse/valid.src"}, {"valid-tgt", "data/reverse/valid.tgt"}, {"tokenizer", "word"},
+           {"vocab-size", "0"}, {"tie", "all"}, {"d-model", "64"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "1"},
+           {"dropout", "0"}, {"batch-tokens", "2600"}, {"max-len", "30"}, {"schedule", "cosine"}, {"lr", "0.01"},
+           {"warmup", "200"}, {"min-lr", "0.0001"}, {"max-steps", "1500"}, {"valid-every", "250"},
+           {"valid-bleu-sentences", "300"}, {"checkpoint-every", "1500"}, {"log-every", "100"}}}},
         {"multi30k",
          {"Multi30k German->English from $TAPEFORMER_MULTI30K (default ../shared/data/multi30k), the reference setup of "
           "../shared/bench/README.md",
