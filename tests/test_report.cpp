@@ -166,6 +166,12 @@ TEST_CASE("report: sections without data stay and say what is missing; bad input
                               "positional", "masks", "label-smoothing"})
         CHECK(count(html, std::string("<section id=\"") + empty + "\" data-state=\"missing\"") == 1);
     CHECK(html.find("train with --log-heads-every N") != std::string::npos);
+    // A heads.jsonl whose head names are malformed: that section says so, the page is still written.
+    write_all(dir + "/heads.jsonl", "{\"step\":10,\"heads\":[{\"head\":\"E:x:y\",\"importance\":1}]}\n[1,2]\n");
+    const std::string bad_heads = tf::training_report_html(dir);
+    CHECK(bad_heads.find("could not draw this section") != std::string::npos);
+    CHECK(count(bad_heads, "<section id=\"loss\" data-state=\"drawn\"") == 1);
+    std::filesystem::remove(dir + "/heads.jsonl");
     CHECK(html.find("do not log them") != std::string::npos);
     CHECK(html.find("tapeformer heads prune") != std::string::npos);
 

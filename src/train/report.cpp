@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -64,7 +65,8 @@ std::vector<json> read_jsonl(const std::string& path) {
     std::ifstream in(path);
     for (std::string line; std::getline(in, line);) {
         try {
-            out.push_back(json::parse(line));
+            json j = json::parse(line);
+            if (j.is_object()) out.push_back(std::move(j));
         } catch (const json::exception&) {
         }
     }
@@ -108,7 +110,9 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
                                  "(is it a directory written by tapeformer train?)");
     if (fs::exists(p / "run.json")) {
         try {
-            d.run = json::parse(read_file((p / "run.json").string()));
+            const std::string text = read_file((p / "run.json").string());
+            train_config_from_json(text);  // every field the sections read is there, of its type
+            d.run = json::parse(text);
             d.label_smoothing = d.run.at("optim").at("label_smoothing").get<double>();
             d.label_smoothing_known = true;
         } catch (const std::exception& e) {
@@ -671,24 +675,35 @@ const char* kStyle =
 
 std::string training_report_html(const std::string& dir, const ReportOptions& opt) {
     const RunData d = load_run(dir, opt);
+    // Each section drawn on its own: a malformed line in one file leaves the others' pictures.
     std::map<std::string, std::string> body;
-    body["overview"] = overview(d);
-    body["loss"] = loss_section(d);
-    body["perplexity"] = perplexity_section(d);
-    body["learning-rate"] = lr_section(d);
-    body["bleu"] = bleu_section(d);
-    body["schedule"] = schedule_section(d);
-    body["grad-norms"] = grad_norm_section(d);
-    body["head-importance"] = heads_section(d, opt, "importance", "chart-head-importance", 0, 1,
-                                            "Importance |⟨W_o^h, ∂L/∂W_o^h⟩|, normalised per layer (heads.h).");
-    body["head-entropy"] = heads_section(d, opt, "entropy_normalised", "chart-head-entropy", 0, 1,
-                                         "Attention entropy divided by ln(visible keys): 1 is uniform attention, 0 one key.");
-    body["pruning"] = pruning_section(d);
-    body["attention"] = attention_section(d);
-    body["positional"] = positional_section(d);
-    body["masks"] = masks_section(d);
-    body["label-smoothing"] = label_smoothing_section(d);
-
+    auto draw = [&](const char* id, const std::function<std::string()>& f) {
+        try {
+            body[id] = f();
+        } catch (const std::exception& e) {
+            body[id] = missing(std::string("could not draw this section: ") + e.what());
+        }
+    };
+    draw("overview", [&] { return overview(d); });
+    draw("loss", [&] { return loss_section(d); });
+    draw("perplexity", [&] { return perplexity_section(d); });
+    draw("learning-rate", [&] { return lr_section(d); });
+    draw("bleu", [&] { return bleu_section(d); });
+    draw("schedule", [&] { return schedule_section(d); });
+    draw("grad-norms", [&] { return grad_norm_section(d); });
+    draw("head-importance", [&] {
+        return heads_section(d, opt, "importance", "chart-head-importance", 0, 1,
+                             "Importance |⟨W_o^h, ∂L/∂W_o^h⟩|, normalised per layer (heads.h).");
+    });
+    draw("head-entropy", [&] {
+        return heads_section(d, opt, "entropy_normalised", "chart-head-entropy", 0, 1,
+                             "Attention entropy divided by ln(visible keys): 1 is uniform attention, 0 one key.");
+    });
+    draw("pruning", [&] { return pruning_section(d); });
+    draw("attention", [&] { return attention_section(d); });
+    draw("positional", [&] { return positional_section(d); });
+    draw("masks", [&] { return masks_section(d); });
+    draw("label-smoothing", [&] { return label_smoothing_section(d); });
     std::ostringstream o;
     const std::string title = "tapeformer training report: " + dir;
     // default-src 'none': the page may load nothing at all (no script, image, font, frame or connection);
