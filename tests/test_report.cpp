@@ -189,33 +189,6 @@ TEST_CASE("report: sections without data stay and say what is missing; bad input
     CHECK(split_lines(err).size() == 1);
 }
 
-TEST_CASE("report: svg helpers escape text, clamp colours and draw a chart without data", "[report]") {
-    CHECK(tf::xml_escape("a<b & \"c\">") == "a&lt;b &amp; &quot;c&quot;&gt;");
-    tf::Heatmap m;
-    m.values = {{-5, 0.5, 7}};
-    m.rows = {"<r>"};
-    m.columns = {"a", "b", "c"};
-    const std::string svg = tf::heatmap_svg(m);
-    CHECK(count(svg, "<rect") == 3);
-    CHECK(svg.find("fill=\"rgb(255,255,255)\"") != std::string::npos);  // −5 clamped to lo = 0: white
-    CHECK(svg.find("fill=\"rgb(8,48,107)\"") != std::string::npos);     // 7 clamped to hi = 1: dark blue
-    CHECK(svg.find("&lt;r&gt;") != std::string::npos);
-    tf::LineChart c;
-    tf::LineSeries nan_only;
-    nan_only.x = {1, 2};
-    nan_only.y = {std::nan(""), std::nan("")};
-    c.series.push_back(nan_only);
-    CHECK(tf::line_chart_svg(c).find("no data") != std::string::npos);
-    c.log_y = true;
-    tf::LineSeries one;
-    one.x = {1, 2, 3};
-    one.y = {0, 1, 10};  // 0 cannot be drawn on a log axis: skipped
-    c.series.push_back(one);
-    const std::string chart = tf::line_chart_svg(c);
-    CHECK(chart.find("no data") == std::string::npos);
-    CHECK(count(chart, "<polyline") == 1);
-}
-
 // ---- in a browser ----------------------------------------------------------------------------------------
 
 namespace {
