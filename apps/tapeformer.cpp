@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     tf::add_attention_command(app);
     tf::add_explain_command(app);
     tf::add_tape_command(app);
+    tf::add_report_command(app);
 
     try {
         app.parse(argc, argv);

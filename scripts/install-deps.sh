@@ -10,6 +10,7 @@ pkgs=(
   libsentencepiece-dev     # subword tokenization
   nlohmann-json3-dev       # JSON (safetensors headers, metrics, reports)
   libtomlplusplus-dev      # TOML (train --config, DIR/config.toml)
+  chromium                 # headless, for the test that renders `tapeformer report` (skipped without it)
 )
 missing=()
 for p in "${pkgs[@]}"; do

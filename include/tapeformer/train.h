@@ -63,6 +63,9 @@ struct TrainConfig {
                                        // importance, gradient norms and attention entropy of that step
     bool valid_bleu = true;            // validation also decodes (greedy) and scores BLEU; best = highest BLEU
     std::int64_t valid_bleu_sentences = 0;  // decode only the first N validation sentences (0 = all)
+    bool overfit_batch = false;        // train on one batch, the first pairs of the training file, every step
+                                       // (a debugging habit: the loss must fall to about 0); needs max_steps or
+                                       // time_budget_minutes
 
     bool resume = false;               // continue the run in out_dir (its run.json settings)
     bool force = false;                // start over in a directory that holds another run (deletes only

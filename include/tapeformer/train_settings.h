@@ -22,9 +22,11 @@ const std::vector<Setting<TrainConfig>>& train_settings();
 // A named set of values that fills in whatever the command line and --config left unset.
 struct Preset {
     std::string name, description;
-    std::vector<std::pair<std::string, std::string>> values;  // setting name -> value
+    std::vector<std::pair<std::string, std::string>> values;  // setting name -> value; train-src first
+    std::string make_data;  // how to get its data when it is missing ("" = it ships with tapeformer)
 };
-std::vector<Preset> train_presets();  // toy, multi30k ($TAPEFORMER_MULTI30K, else ../shared/data/multi30k)
+// toy, copy, reverse, multi30k ($TAPEFORMER_MULTI30K, else ../shared/data/multi30k)
+std::vector<Preset> train_presets();
 
 // What a `tapeformer train` call says, before merging.
 struct TrainArguments {

@@ -11,6 +11,7 @@
 #include "tapeformer/autograd.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/heads.h"
+#include "tapeformer/svg.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -24,20 +25,6 @@ std::vector<AttentionMatrix> per_head(const Tensor& w) {
     for (std::int64_t h = 0; h < H; ++h)
         for (std::int64_t q = 0; q < Tq; ++q)
             for (std::int64_t k = 0; k < Tk; ++k) out[h][q][k] = w.data()[(h * Tq + q) * Tk + k];
-    return out;
-}
-
-std::string xml_escape(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&quot;"; break;
-            default: out += c;
-        }
-    }
     return out;
 }
 
@@ -112,31 +99,12 @@ std::string attention_json(const AttentionMaps& m) {
 
 std::string attention_svg(const AttentionMatrix& w, const std::vector<std::string>& queries,
                           const std::vector<std::string>& keys, const std::string& title) {
-    constexpr int cell = 18, left = 110, top = 120, font = 11;
-    const int width = left + cell * int(keys.size()) + 10, height = top + cell * int(queries.size()) + 10;
-    std::ostringstream o;
-    o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\""
-      << font << "\">\n<title>" << xml_escape(title) << "</title>\n";
-    o << "<text x=\"4\" y=\"14\" font-weight=\"bold\">" << xml_escape(title) << "</text>\n";
-    for (std::size_t k = 0; k < keys.size(); ++k) {  // key labels, rotated, above the columns
-        const int x = left + int(k) * cell + cell / 2 + 4, y = top - 6;
-        o << "<text x=\"" << x << "\" y=\"" << y << "\" transform=\"rotate(-60 " << x << " " << y << ")\">" << xml_escape(keys[k])
-          << "</text>\n";
-    }
-    char rgb[32];
-    for (std::size_t q = 0; q < queries.size(); ++q) {
-        o << "<text x=\"" << left - 6 << "\" y=\"" << top + int(q) * cell + cell - 5 << "\" text-anchor=\"end\">"
-          << xml_escape(queries[q]) << "</text>\n";
-        for (std::size_t k = 0; k < keys.size() && k < w[q].size(); ++k) {
-            const double a = std::min(1.0, std::max(0.0, w[q][k]));  // white (0) to dark blue (1)
-            std::snprintf(rgb, sizeof rgb, "rgb(%d,%d,%d)", int(255 - 247 * a), int(255 - 207 * a), int(255 - 148 * a));
-            o << "<rect x=\"" << left + int(k) * cell << "\" y=\"" << top + int(q) * cell << "\" width=\"" << cell << "\" height=\""
-              << cell << "\" fill=\"" << rgb << "\"><title>" << xml_escape(queries[q]) << " → " << xml_escape(keys[k]) << ": "
-              << w[q][k] << "</title></rect>\n";
-        }
-    }
-    o << "</svg>\n";
-    return o.str();
+    Heatmap map;  // white (0) to dark blue (1), one 18-pixel cell per (query, key)
+    map.values = w;
+    map.rows = queries;
+    map.columns = keys;
+    map.title = title;
+    return heatmap_svg(map);
 }
 
 bool MapFilter::shows(int layer, int head) const {

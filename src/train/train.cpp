@@ -77,6 +77,8 @@ void TrainConfig::validate() const {
     if (resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
         resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
         fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
+    if (overfit_batch && (epochs > 0 || (max_steps <= 0 && time_budget_minutes <= 0)))
+        fail("train: --overfit-batch repeats one batch, so epochs do not end: stop it with --max-steps or --time-budget");
     optim.schedule.validate();
     ModelConfig m = model;
     m.src_vocab = m.tgt_vocab = std::max<std::int64_t>(m.src_vocab, 8);  // the real sizes come from the tokenizer
@@ -157,6 +159,50 @@ std::string first_nonfinite_backward() {
                 return std::string("first non-finite gradient written by the backward of op '") + it->op + "' (output " +
                        it->out.shape().str() + ")";
     return "no backward wrote a non-finite gradient";
+}
+
+// ---- report data: per-layer gradient norms, the overfit batch ----------------------------------------------
+
+// The module a parameter belongs to, for per-layer gradient norms: "encoder.layers.0" for every parameter of
+// that layer, otherwise the name without its last part ("src_embed.weight" -> "src_embed").
+std::string layer_of(const std::string& name) {
+    for (const char* stack : {"encoder.layers.", "decoder.layers."}) {
+        const std::string p = stack;
+        if (name.rfind(p, 0) == 0) return name.substr(0, name.find('.', p.size()));
+    }
+    const std::size_t dot = name.rfind('.');
+    return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+// ‖∂L/∂θ‖₂ of each layer's parameters (layer_of), in parameter order, a tied tensor counted once under its
+// first name. Read before clipping: the gradient the loss gave, for the report's post- vs pre-norm lesson.
+std::vector<std::pair<std::string, double>> layer_grad_norms(const ParamList& params) {
+    std::vector<std::pair<std::string, double>> norms;
+    for (const NamedTensor& p : unique_parameters(params)) {
+        if (!p.tensor.has_grad()) continue;
+        const std::string layer = layer_of(p.name);
+        if (norms.empty() || norms.back().first != layer) norms.push_back({layer, 0});
+        const real* g = p.tensor.grad();
+        double sum = 0;
+        for (std::int64_t i = 0, n = p.tensor.numel(); i < n; ++i) sum += double(g[i]) * double(g[i]);
+        norms.back().second += sum;  // squared until the end
+    }
+    for (auto& entry : norms) entry.second = std::sqrt(entry.second);
+    return norms;
+}
+
+// --overfit-batch: the first training pairs in file order (no shuffling, no length sorting) that fit one
+// batch of the token budget, B · max(S, T) ≤ batch_tokens.
+std::vector<std::int64_t> first_batch(const std::vector<Example>& examples, std::int64_t batch_tokens) {
+    std::vector<std::int64_t> rows;
+    std::int64_t longest = 0;
+    for (std::size_t i = 0; i < examples.size(); ++i) {
+        const std::int64_t len = std::int64_t(std::max(examples[i].src.size(), examples[i].tgt.size())) + 1;
+        if (std::int64_t(rows.size() + 1) * std::max(longest, len) > batch_tokens) break;
+        longest = std::max(longest, len);
+        rows.push_back(std::int64_t(i));
+    }
+    return rows;
 }
 
 // metrics.jsonl: keeps only entries up to `step` (a resumed run continues from there).
@@ -347,6 +393,7 @@ private:
 
     TokenizerPair tokenizers_;
     std::unique_ptr<Batcher> batcher_;
+    std::vector<std::int64_t> overfit_rows_;  // --overfit-batch: the one batch every step trains on
     std::vector<Example> valid_examples_;
     std::vector<std::string> valid_src_lines_, valid_ref_lines_;
     std::unique_ptr<Transformer> model_;
@@ -360,6 +407,7 @@ private:
 
     // Accumulated since the last log line.
     double window_loss_ = 0, window_nll_ = 0, window_seconds_ = 0, last_grad_norm_ = 0, last_lr_ = 0;
+    std::vector<std::pair<std::string, double>> layer_grad_norms_;  // of the last log step, before clipping
     std::int64_t window_tokens_ = 0, window_steps_ = 0;
     TrainState checkpointed_{-1};  // what the newest checkpoint holds (step −1: none yet)
     Clock::time_point last_bar_ = Clock::now();
@@ -500,6 +548,13 @@ void Trainer::prepare_data() {
     bo.batch_tokens = c_.data.batch_tokens;
     bo.seed = c_.seed;
     batcher_ = std::make_unique<Batcher>(std::move(train.examples), bo);
+    if (c_.overfit_batch) {
+        overfit_rows_ = first_batch(batcher_->examples(), c_.data.batch_tokens);
+        const Batch b = batcher_->batch(overfit_rows_);
+        log_ << "--overfit-batch: every step trains on the first " << b.B << " pair" << (b.B == 1 ? "" : "s")
+             << " of the training file (" << b.num_tgt_tokens << " target tokens); the loss should fall to about "
+             << (c_.optim.label_smoothing > 0 ? "the label-smoothing floor (the nll to 0)" : "0") << "\n";
+    }
 
     if (!c_.data.valid_src.empty()) {
         valid_examples_ = encode_parallel(valid_text, tokenizers_, c_.data.max_len).examples;
@@ -635,6 +690,7 @@ void Trainer::train_step(const Batch& b) {
     }
     tape().clear();
     if (heads_step) log_heads(b, report);  // before clipping rescales the gradients
+    if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
     last_grad_norm_ = c_.optim.clip > 0 ? clip_grad_norm(optimizer_->params(), c_.optim.clip) : grad_norm(optimizer_->params());
     optimizer_->step(lr);
     state_.dropout_offset = dropout_rng_.offset;
@@ -691,9 +747,13 @@ void Trainer::log_progress(bool force_line) {
          << fmt("%.4f", nll) << " | ppl " << fmt("%.2f", std::exp(nll)) << " | lr " << fmt("%.3e", last_lr_) << " | |g| "
          << fmt("%.3f", last_grad_norm_) << " | " << fmt("%.0f", tok_s) << " tgt tok/s | " << clock_text(state_.train_seconds)
          << " elapsed | ETA " << clock_text(eta_seconds()) << "\n";
-    write_metrics({{"type", "train"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"loss", loss}, {"nll", nll},
-                   {"ppl", std::exp(nll)}, {"lr", last_lr_}, {"grad_norm", last_grad_norm_}, {"tok_per_s", tok_s},
-                   {"elapsed", state_.train_seconds}});
+    nlohmann::json line = {{"type", "train"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"loss", loss}, {"nll", nll},
+                           {"ppl", std::exp(nll)}, {"lr", last_lr_}, {"grad_norm", last_grad_norm_}, {"tok_per_s", tok_s},
+                           {"elapsed", state_.train_seconds}};
+    // [[layer, ‖g‖], ...] of this step, before clipping (tapeformer report draws them); only at log steps.
+    if (state_.step % c_.log_every == 0 && !layer_grad_norms_.empty()) line["layer_grad_norms"] = layer_grad_norms_;
+    layer_grad_norms_.clear();
+    write_metrics(line);
     window_loss_ = window_nll_ = window_seconds_ = 0;
     window_tokens_ = window_steps_ = 0;
 }
@@ -795,6 +855,14 @@ TrainResult Trainer::run() {
     if (state_.batch_in_epoch >= batcher_->num_batches()) end_epoch();
     std::string reason = stop_reason();
     while (reason.empty()) {
+        if (c_.overfit_batch) {  // one batch, one endless epoch (validate() asks for --max-steps or --time-budget)
+            train_step(batcher_->batch(overfit_rows_));
+            log_progress(false);
+            if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
+            if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();
+            reason = stop_reason();
+            continue;
+        }
         const auto plan = batcher_->epoch_plan(state_.epoch);
         while (state_.batch_in_epoch < static_cast<std::int64_t>(plan.size()) && reason.empty()) {
             train_step(batcher_->batch(plan[state_.batch_in_epoch]));

@@ -3,6 +3,7 @@
 #include "tapeformer/train_settings.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -124,6 +125,12 @@ std::vector<Setting<TrainConfig>> build_table() {
                                    0, kSteps, [](auto& c) -> auto& { return c.log_heads_every; })));
     t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run, "Decode the validation set (greedy) and pick the best model by BLEU",
                                 "no-valid-bleu", [](auto& c) -> auto& { return c.valid_bleu; }));
+    t.push_back(added_later(bool_setting<T>(
+        "overfit-batch", "overfit_batch", run,
+        "Train every step on one batch, the first pairs of --train-src/--train-tgt that fit --batch-tokens\n"
+        "(no shuffling; dropout as configured). The loss must fall to about 0 (with --label-smoothing 0;\n"
+        "otherwise the nll does): a debugging habit. Needs --max-steps or --time-budget",
+        "", [](auto& c) -> auto& { return c.overfit_batch; })));
     t.push_back(integer_setting<T>("valid-bleu-sentences", "valid_bleu_sentences", run,
                                    "Decode only the first N validation sentences (0 = all)", 0, 1e9,
                                    [](auto& c) -> auto& { return c.valid_bleu_sentences; }));
@@ -183,7 +190,30 @@ std::vector<Preset> train_presets() {
           {"d-model", "128"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "2"}, {"dropout", "0.1"},
           {"batch-tokens", "3000"}, {"max-len", "40"}, {"lr", "1.0"}, {"warmup", "400"}, {"max-steps", "800"},
           {"time-budget", "4.5"}, {"valid-every", "500"}, {"checkpoint-every", "500"}, {"log-every", "100"},
-          {"valid-bleu-sentences", "300"}}},
+          {"valid-bleu-sentences", "300"}},
+         ""},
+        // The sequence tasks of `tapeformer data copy|reverse` (data/tasks.h), trained to exact match: the lesson
+        // that attention routes by position. Measured figures in README.md.
+        {"copy",
+         "the copy task in data/copy (write it first: tapeformer data copy --out data/copy): 1+1 layers, C 32,\n"
+         "    400 steps; greedy BLEU 100 and every test sequence copied exactly from step 300",
+         {{"train-src", "data/copy/train.src"}, {"train-tgt", "data/copy/train.tgt"}, {"valid-src", "data/copy/valid.src"},
+          {"valid-tgt", "data/copy/valid.tgt"}, {"tokenizer", "word"}, {"vocab-size", "0"}, {"tie", "all"},
+          {"d-model", "32"}, {"heads", "2"}, {"ffn", "64"}, {"layers", "1"}, {"dropout", "0"}, {"batch-tokens", "1100"},
+          {"max-len", "12"}, {"lr", "1.0"}, {"warmup", "200"}, {"max-steps", "400"}, {"valid-every", "100"},
+          {"checkpoint-every", "400"}, {"log-every", "50"}},
+         "tapeformer data copy --out data/copy"},
+        {"reverse",
+         "the reverse task in data/reverse (write it first: tapeformer data reverse --out data/reverse): 1+1 layers,\n"
+         "    C 64, cosine decay from lr 0.01 over 1500 steps; every test sequence of a trained length (1-25) reversed\n"
+         "    exactly (test sequences of 26-30, longer than any trained on, measure length generalisation: most fail)",
+         {{"train-src", "data/reverse/train.src"}, {"train-tgt", "data/reverse/train.tgt"},
+          {"valid-src", "data/reverse/valid.src"}, {"valid-tgt", "data/reverse/valid.tgt"}, {"tokenizer", "word"},
+          {"vocab-size", "0"}, {"tie", "all"}, {"d-model", "64"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "1"},
+          {"dropout", "0"}, {"batch-tokens", "2600"}, {"max-len", "30"}, {"schedule", "cosine"}, {"lr", "0.01"},
+          {"warmup", "200"}, {"min-lr", "0.0001"}, {"max-steps", "1500"}, {"valid-every", "250"},
+          {"valid-bleu-sentences", "300"}, {"checkpoint-every", "1500"}, {"log-every", "100"}},
+         "tapeformer data reverse --out data/reverse"},
         {"multi30k",
          "Multi30k German->English from $TAPEFORMER_MULTI30K (default ../shared/data/multi30k), the reference setup of "
          "../shared/bench/README.md",
@@ -191,7 +221,8 @@ std::vector<Preset> train_presets() {
           {"valid-tgt", m + "/val.en"}, {"tokenizer", "unigram"}, {"vocab-size", "8000"}, {"tie", "all"},
           {"d-model", "256"}, {"heads", "4"}, {"ffn", "512"}, {"layers", "3"}, {"dropout", "0.1"},
           {"batch-tokens", "2600"}, {"max-len", "100"}, {"lr", "1.0"}, {"warmup", "800"}, {"epochs", "100"},
-          {"valid-every", "1000"}, {"checkpoint-every", "1000"}, {"log-every", "100"}}},
+          {"valid-every", "1000"}, {"checkpoint-every", "1000"}, {"log-every", "100"}},
+         "get Multi30k (see README.md) and set $TAPEFORMER_MULTI30K to its directory"},
     };
 }
 
@@ -207,6 +238,17 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
 
     std::vector<SourcedValue> flags;
     for (const auto& [name, value] : args.flags) flags.push_back({name, value, "--" + name});
+
+    const std::vector<Preset> presets = train_presets();
+    const Preset* preset = nullptr;
+    if (!args.preset.empty()) {
+        std::string names;
+        for (const Preset& p : presets) {
+            if (p.name == args.preset) preset = &p;
+            names += (names.empty() ? "" : ", ") + p.name;
+        }
+        if (!preset) throw std::invalid_argument("--preset '" + args.preset + "' is not one of: " + names);
+    }
 
     // The sources, from the lowest precedence to the highest; each overrides what came before.
     std::vector<std::vector<SourcedValue>> sources;
@@ -228,15 +270,7 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
             r.notes.push_back("--resume keeps the run's own settings (the seed, the model, the data and how the best model "
                               "is chosen cannot change mid-run); ignored:" + ignored);
     } else {
-        if (!args.preset.empty()) {
-            const std::vector<Preset> presets = train_presets();
-            const Preset* preset = nullptr;
-            std::string names;
-            for (const Preset& p : presets) {
-                if (p.name == args.preset) preset = &p;
-                names += (names.empty() ? "" : ", ") + p.name;
-            }
-            if (!preset) throw std::invalid_argument("--preset '" + args.preset + "' is not one of: " + names);
+        if (preset) {
             std::vector<SourcedValue> values;
             for (const auto& [name, value] : preset->values) values.push_back({name, value, "preset " + preset->name + ": " + name});
             sources.push_back(values);
@@ -244,7 +278,6 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
         if (!args.config_file.empty()) sources.push_back(read_config_file(args.config_file));
         sources.push_back(flags);
     }
-
     std::set<std::string> given;  // settings some source set
     for (const std::vector<SourcedValue>& source : sources) {
         std::set<std::string> here;
@@ -268,6 +301,12 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
         if (given.count("keep")) c.resume_changes.keep = static_cast<int>(value("keep"));
         return r;
     }
+
+    // A preset's data that is not there yet: say how to make it rather than "cannot open".
+    if (preset && !preset->make_data.empty() && c.data.train_src == preset->values.front().second &&
+        !std::ifstream(c.data.train_src))
+        throw std::invalid_argument("preset " + preset->name + " reads " + c.data.train_src + ", which does not exist: " +
+                                    preset->make_data);
 
     // Defaults that follow from other settings.
     if (!given.count("attention-dropout")) c.model.attention_dropout = c.model.dropout;

@@ -1,0 +1,50 @@
+// train --preset copy|reverse: the task presets read what `tapeformer data copy|reverse` writes; without
+// it they say how to make it, and the copy preset learns its task exactly as README says.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "helpers.h"
+
+using namespace tf_test;
+
+namespace {
+
+// `cd DIR && tapeformer --threads 2 <args> < input`; the exit status, stderr into *err, stdout in DIR/cli.stdout.
+int run_in(const TempDir& dir, const std::string& args, std::string* err = nullptr, const std::string& input = "/dev/null") {
+    const std::string command = "cd " + shell_quote(dir.str()) + " && " + shell_quote(TF_CLI) + " --threads 2 " + args +
+                                " <" + shell_quote(input) + " >" + shell_quote(dir / "cli.stdout") + " 2>" + shell_quote(dir / "cli.stderr");
+    const int raw = std::system(command.c_str());
+    if (err) *err = read_all(dir / "cli.stderr");
+    return raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("presets: copy and reverse without their data name the command that writes it", "[presets]") {
+    TempDir tmp("presets");
+    for (const std::string task : {"copy", "reverse"}) {
+        std::string err;
+        CHECK(run_in(tmp, "train --preset " + task + " --out run", &err) == 1);
+        CHECK(split_lines(err).size() == 1);
+        CHECK(err.find("write the task first with: tapeformer data " + task + " --out data/" + task) != std::string::npos);
+    }
+}
+
+TEST_CASE("presets: --preset copy copies every test sequence exactly (400 steps, seconds)", "[presets][learns]") {
+    TempDir tmp("presets");
+    std::string err;
+    REQUIRE(run_in(tmp, "data copy --out data/copy", &err) == 0);
+    REQUIRE(run_in(tmp, "train --preset copy --out run", &err) == 0);
+    INFO(err);
+    CHECK(err.find("valid @ step 400") != std::string::npos);
+    REQUIRE(run_in(tmp, "translate --model run", &err, tmp / "data/copy/test.src") == 0);
+    const auto hyps = split_lines(read_all(tmp / "cli.stdout")), refs = split_lines(read_all(tmp / "data/copy/test.tgt"));
+    REQUIRE(hyps.size() == 1000);
+    int exact = 0;
+    for (std::size_t i = 0; i < hyps.size(); ++i) exact += hyps[i] == refs[i];
+    CHECK(exact == 1000);
+}
