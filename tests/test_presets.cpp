@@ -30,7 +30,7 @@ TEST_CASE("presets: copy and reverse without their data name the command that wr
         std::string err;
         CHECK(run_in(tmp, "train --preset " + task + " --out run", &err) == 1);
         CHECK(split_lines(err).size() == 1);
-        CHECK(err.find("write the task first with: tapeformer data " + task + " --out data/" + task) != std::string::npos);
+        CHECK(err.find("which does not exist: tapeformer data " + task + " --out data/" + task) != std::string::npos);
     }
 }
 

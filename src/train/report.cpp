@@ -22,6 +22,7 @@
 #include "tapeformer/data/batch.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/io.h"
+#include "tapeformer/train_settings.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/svg.h"
 #include "tapeformer/train.h"
