@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <stdexcept>
 
@@ -260,12 +259,12 @@ void add_similarity_command(CLI::App* heads) {
         "||U_i^T U_j||_F^2 / D, chance level D/C), and in W_QK = W_q^T W_k and W_OV = W_o W_v (Frobenius cosine).\n"
         "With several --model (same shape, e.g. checkpoints kept by --keep-every), also each model against the first.\n"
         "Example: tapeformer heads similarity --model runs/toy --src data/toy/valid.src --tgt data/toy/valid.tgt");
-    cmd->add_option("--model", opt->models, "Model directories; from the second on, each is also compared with the first")
+    cmd->add_option("--model", opt->models, "Model directories (or kept checkpoints, DIR/checkpoints/step-N.safetensors); from the\nsecond on, each is also compared with the first")
         ->required();
     cmd->add_option("--src", opt->src, "Source sentences of the sample, one per line")->required();
     cmd->add_option("--tgt", opt->tgt, "Their target sentences (references), aligned by line")->required();
     cmd->add_option("--max-pairs", opt->max_pairs, "Measure on the first N pairs of the files (0: all)")
-        ->check(CLI::Range(std::int64_t(0), std::numeric_limits<std::int64_t>::max()))
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--batch-tokens", opt->similarity.batch_tokens, "Padded tokens per batch: sentences x max(S, T)")
         ->check(number_above(1, false))

@@ -407,7 +407,7 @@ std::string similarity_json(const SimilarityReport& r) {
 
 std::string similarity_tables(const SimilarityReport& r) {
     std::ostringstream o;
-    char line[200];
+    char line[512];
     std::snprintf(line, sizeof line,
                   "%lld pairs; d_model %lld, %lld heads of width %lld: the chance level of a subspace overlap is D/C = %.3f\n"
                   "JS: attention maps (nats, at most ln 2 = 0.693); grad r: correlation of per-token gate gradients;\n"
