@@ -34,7 +34,7 @@ std::vector<std::string> first_lines(const std::string& path, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("heads l0: a large lambda closes every gate; the scores after are those of the model left behind; seeded",
+TEST_CASE("heads l0: a large lambda closes every gate, the scores after are those of the model left behind, seeded",
           "[heads][prune][l0]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
@@ -91,7 +91,7 @@ TEST_CASE("heads l0: a large lambda closes every gate; the scores after are thos
                       Catch::Contains("--l0-steps"));
 }
 
-TEST_CASE("heads prune --method l0: JSON of the gates and scores; flags of the other method are refused",
+TEST_CASE("heads prune --method l0: JSON of the gates and scores, flags of the other method are refused",
           "[heads][prune][l0][cli]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";

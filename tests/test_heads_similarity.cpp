@@ -134,7 +134,7 @@ TEST_CASE("heads similarity: subspace overlap by hand, 1 with itself in any basi
     CHECK(mean == Approx(double(D) / double(C)).margin(0.015));  // E = D/C; the mean of 200 has sd ≈ 0.003
 }
 
-TEST_CASE("heads similarity: every head against itself: JS 0, gradient r 1, overlaps 1, cosines 1; JS symmetric",
+TEST_CASE("heads similarity: every head against itself: JS 0, gradient r 1, overlaps 1, cosines 1, JS symmetric",
           "[heads][similarity]") {
     tf::Transformer model(tiny(), 21);
     const tf::SimilarityReport r = measure({&model}, examples(8, 2));
@@ -163,7 +163,7 @@ TEST_CASE("heads similarity: every head against itself: JS 0, gradient r 1, over
     }
 }
 
-TEST_CASE("heads similarity: a head copied into another is found; a copy writing the opposite has r = -1, cos OV = -1",
+TEST_CASE("heads similarity: a head copied into another is found, a copy writing the opposite has r = -1, cos OV = -1",
           "[heads][similarity]") {
     tf::Transformer model(tiny(), 22);
     copy_head(model, tf::HeadKind::E, 1, 0, 2, 1);    // E:1:2 = E:1:0
@@ -212,7 +212,7 @@ TEST_CASE("heads similarity: with uniform attention (W_q = W_k = 0) every pair o
     }
 }
 
-TEST_CASE("heads similarity: across models, a model against its copy gives the same head as itself; shapes must agree",
+TEST_CASE("heads similarity: across models, a model against its copy gives the same head as itself, shapes must agree",
           "[heads][similarity]") {
     tf::Transformer a(tiny(), 24), b(tiny(), 24), c(tiny(), 25);
     const tf::SimilarityReport r = measure({&a, &b, &c}, examples(6, 6));
@@ -236,7 +236,7 @@ TEST_CASE("heads similarity: across models, a model against its copy gives the s
     CHECK_THROWS_WITH(measure({&a, &w}, examples(2, 7)), Catch::Contains("m1") && Catch::Contains("2 heads"));
 }
 
-TEST_CASE("heads similarity: the command prints the tables and writes every matrix; bad input is one line",
+TEST_CASE("heads similarity: the command prints the tables and writes every matrix, bad input is one line",
           "[heads][similarity][cli]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";

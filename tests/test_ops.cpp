@@ -528,7 +528,7 @@ TEST_CASE("ops: cross_entropy with label smoothing and an ignored position", "[o
     CHECK(double(tf::cross_entropy(logits, target, -100, real(0)).item()) == Approx(nll / 2).epsilon(1e-6));
 }
 
-TEST_CASE("ops: cross_entropy of uniform logits is log V; all ignored gives 0", "[ops]") {
+TEST_CASE("ops: cross_entropy of uniform logits is log V, all ignored gives 0", "[ops]") {
     Tensor logits = Tensor::zeros({2, 4});
     CHECK(double(tf::cross_entropy(logits, {1, 3}, -1, real(0.1)).item()) == Approx(std::log(4.0)).epsilon(1e-6));
     tf::CrossEntropyStats stats;
@@ -559,7 +559,7 @@ TEST_CASE("ops: cross_entropy errors name the op", "[ops]") {
     CHECK_THAT(error_of([&] { tf::cross_entropy(logits, {1, 1}, -1, real(1.5)); }), Catch::Contains("cross_entropy"));
 }
 
-TEST_CASE("hard_concrete: the evaluation gate by hand; samples open as often as hard_concrete_open says", "[ops][l0]") {
+TEST_CASE("hard_concrete: the evaluation gate by hand, samples open as often as hard_concrete_open says", "[ops][l0]") {
     const real beta = real(0.33), l = real(-0.1), r = real(1.1);
     tf::Rng rng(1);
     // evaluation: z = min(1, max(0, σ(log α)·1.2 − 0.1)): log α = 0 → 0.5; −3 → σ = 0.0474 → 0; 3 → 1.043 → 1
