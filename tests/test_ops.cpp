@@ -528,7 +528,7 @@ TEST_CASE("ops: cross_entropy with label smoothing and an ignored position", "[o
     CHECK(double(tf::cross_entropy(logits, target, -100, real(0)).item()) == Approx(nll / 2).epsilon(1e-6));
 }
 
-TEST_CASE("ops: cross_entropy of uniform logits is log V; all ignored gives 0", "[ops]") {
+TEST_CASE("ops: cross_entropy of uniform logits is log V, all ignored gives 0", "[ops]") {
     Tensor logits = Tensor::zeros({2, 4});
     CHECK(double(tf::cross_entropy(logits, {1, 3}, -1, real(0.1)).item()) == Approx(std::log(4.0)).epsilon(1e-6));
     tf::CrossEntropyStats stats;
@@ -557,4 +557,37 @@ TEST_CASE("ops: cross_entropy errors name the op", "[ops]") {
     CHECK_THAT(error_of([&] { tf::cross_entropy(Tensor::zeros({2, 2, 4}), {1, 1}, -1, real(0)); }),
                Catch::Contains("cross_entropy") && Catch::Contains("(2, 2, 4)"));
     CHECK_THAT(error_of([&] { tf::cross_entropy(logits, {1, 1}, -1, real(1.5)); }), Catch::Contains("cross_entropy"));
+}
+
+TEST_CASE("hard_concrete: the evaluation gate by hand, samples open as often as hard_concrete_open says", "[ops][l0]") {
+    const real beta = real(0.33), l = real(-0.1), r = real(1.1);
+    tf::Rng rng(1);
+    // evaluation: z = min(1, max(0, σ(log α)·1.2 − 0.1)): log α = 0 → 0.5; −3 → σ = 0.0474 → 0; 3 → 1.043 → 1
+    const Tensor eval = tf::hard_concrete(Tensor::from({0, -3, 3}, {3}), beta, l, r, rng, false);
+    CHECK(eval.data()[0] == Approx(0.5).epsilon(1e-6));
+    CHECK(eval.data()[1] == 0);
+    CHECK(eval.data()[2] == 1);
+    CHECK(rng.offset == 0);  // evaluation draws no noise
+    // P(open) at log α = 0: σ(−0.33 ln(0.1 / 1.1)) = σ(0.7913) = 0.6881
+    const Tensor open = tf::hard_concrete_open(Tensor::from({0, 1.5f}, {2}), beta, l, r);
+    CHECK(open.data()[0] == Approx(1 / (1 + std::exp(-0.33 * std::log(11.0)))).epsilon(1e-6));
+    CHECK(open.data()[0] == Approx(0.6881).margin(1e-4));
+    // 20000 samples of two gates: the share that is not 0 matches P(open) (sd of the share ≈ 0.003), and a
+    // fair share is exactly 1 (the stretch makes both ends reachable).
+    Tensor alpha = Tensor::from(std::vector<real>(20000, 0), {10000, 2});
+    for (std::int64_t i = 0; i < 10000; ++i) alpha.data()[2 * i + 1] = real(1.5);
+    const Tensor z = tf::hard_concrete(alpha, beta, l, r, rng);
+    CHECK(rng.offset == 20000);
+    double nonzero[2] = {0, 0}, ones[2] = {0, 0};
+    for (std::int64_t i = 0; i < 20000; ++i) {
+        REQUIRE(z.data()[i] >= 0);
+        REQUIRE(z.data()[i] <= 1);
+        nonzero[i % 2] += z.data()[i] > 0 ? 1e-4 : 0;
+        ones[i % 2] += z.data()[i] == 1 ? 1e-4 : 0;
+    }
+    CHECK(nonzero[0] == Approx(open.data()[0]).margin(0.015));
+    CHECK(nonzero[1] == Approx(open.data()[1]).margin(0.015));
+    CHECK(ones[0] > 0.2);
+    CHECK_THROWS_WITH(tf::hard_concrete(alpha, real(0), l, r, rng), Catch::Contains("hard_concrete") && Catch::Contains("temperature"));
+    CHECK_THROWS_WITH(tf::hard_concrete_open(alpha, beta, real(0.1), r), Catch::Contains("stretch"));
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/data/batch.h"
@@ -54,6 +55,30 @@ void mask_heads(Transformer& model, const std::vector<HeadId>& heads);
 enum class Granularity { token, sentence, batch };
 Granularity parse_granularity(const std::string& name);  // throws, listing the valid names
 const char* to_string(Granularity g);
+
+// ---- the pass every study is built on ------------------------------------------------------------------
+
+// Consecutive examples in file order, as indices, while B · max(S, T) stays within `budget` (S = source +
+// EOS, T = BOS + target).
+std::vector<std::vector<std::int64_t>> file_order_batches(const std::vector<Example>& examples, std::int64_t budget);
+
+// One attention during gated_pass: its gate ξ (B, H, Tq, 1) of that batch, whose gradient after the pass is
+// ∂L/∂ξ_{b,h,t} = ⟨o_{b,h,t}, ∂L/∂o_{b,h,t}⟩ for every head and query (padded queries included: read only
+// t < the row's length).
+struct GatedAttention {
+    HeadKind kind;
+    int layer;
+    MultiHeadAttention* module;  // keeps last_weights (B, H, Tq, Tk) and last_context (B, H, Tq, D)
+    Tensor saved_gate;           // (1, H, 1, 1): the model's gate, put back after the pass
+    Tensor gate;                 // ξ (B, H, Tq, 1) = the model's gate at every query, with its gradient
+};
+
+// One teacher-forced pass over `batch` with dropout off and gradients on: every attention's gate becomes a
+// per-query ξ that requires grad and every attention keeps its weights; backward of the loss summed over
+// the batch's target tokens (label smoothing ε, 0 for the NLL), which is also written to *loss. Parameter
+// gradients accumulate (+=). Returns the attentions, E layers, then D, then A; the model's gates are
+// restored, its kept weights are not cleared.
+std::vector<GatedAttention> gated_pass(Transformer& model, const Batch& batch, real label_smoothing, double* loss = nullptr);
 
 struct HeadStudyOptions {
     std::int64_t batch_tokens = 4096;   // B · max(S, T) per batch; batches are cut in file order
@@ -104,6 +129,12 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
 // mean over the batch's target tokens, dropout on); importance_raw is left unnormalised and `importance`
 // normalised per layer. Gradient norms and attention statistics as in study_heads.
 std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch);
+
+// The line pairs with both sides non-empty, trimmed. Throws std::invalid_argument starting with `what` when
+// the counts differ or no pair is left.
+std::pair<std::vector<std::string>, std::vector<std::string>> scorable_pairs(const std::vector<std::string>& src,
+                                                                             const std::vector<std::string>& ref,
+                                                                             const char* what);
 
 // ---- ablation: what each head is worth to translation quality -------------------------------------------
 

@@ -77,6 +77,19 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gam
 // p == 0 or when training is false.
 Tensor dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 
+// ---- stochastic gates (L0 regularisation) ---------------------------------------------------------------
+// The Hard-Concrete gate of Louizos, Welling & Kingma (2018), one per element of log_alpha: a value in [0, 1]
+// that is exactly 0 (and exactly 1) with non-zero probability, yet differentiable in log α:
+//   training:    s = σ((ln u − ln(1 − u) + log α) / β),  u ~ U(0, 1)
+//   evaluation:  s = σ(log α)
+//   z = min(1, max(0, s (r − l) + l))
+// β is the temperature, (l, r) the stretch (l < 0 < 1 < r). u of element i is drawn from counter
+// (rng.offset + i); training advances rng by log_alpha.numel(). ∂z/∂log α is 0 where z is clamped.
+Tensor hard_concrete(const Tensor& log_alpha, real beta, real l, real r, Rng& rng, bool training = true);
+// The probability that the training gate is open, P(z > 0) = σ(log α − β ln(−l / r)), per element: the
+// expected number of open gates is its sum, which an L0 penalty adds to the loss.
+Tensor hard_concrete_open(const Tensor& log_alpha, real beta, real l, real r);
+
 // ---- embeddings and the loss --------------------------------------------------------------------------
 // out[n, :] = table[ids[n], :]. table: (V, C); ids: any shape (given as `ids_shape`), out: ids_shape + (C).
 // Backward scatter-adds into table; rows with id == padding_idx get no gradient (padding_idx < 0: none).

@@ -14,6 +14,8 @@
 #include "tapeformer/data/text.h"
 #include "tapeformer/decode.h"
 #include "tapeformer/heads.h"
+#include "tapeformer/heads_l0.h"
+#include "tapeformer/heads_similarity.h"
 #include "tapeformer/io.h"
 
 TF_NAMESPACE_BEGIN
@@ -67,9 +69,41 @@ void add_ablate_command(CLI::App* heads) {
 
 struct PruneCommandOptions {
     std::vector<std::string> models;
-    std::string src, ref, imp_src, imp_tgt, order = "importance", step = "10%", kinds, granularity = "token", json;
+    std::string method = "mask", src, ref, imp_src, imp_tgt, order = "importance", step = "10%", kinds, granularity = "token", json;
     PruneOptions prune;
+    L0Options l0;
 };
+
+// heads prune --method l0: one fine-tuning run per model, its gates as tables, and the JSON of all runs.
+void run_l0(const PruneCommandOptions& opt) {
+    L0Options o = opt.l0;
+    o.decode = opt.prune.decode;
+    o.batch_tokens = opt.prune.batch_tokens;
+    o.seed = opt.prune.seed;
+    if (!opt.kinds.empty()) o.kinds = parse_head_kinds(opt.kinds);
+    if (!opt.json.empty()) check_output_path(opt.json, "--json");
+    if (opt.imp_src.empty() || opt.imp_tgt.empty())
+        throw std::runtime_error("heads prune: --method l0 needs --imp-src and --imp-tgt (the pairs the gates are fine-tuned on)");
+    const std::vector<std::string> src = read_lines(opt.src), ref = read_lines(opt.ref);
+    const std::vector<std::string> train_src = read_lines(opt.imp_src), train_tgt = read_lines(opt.imp_tgt);
+    nlohmann::json runs = nlohmann::json::array();
+    for (const std::string& dir : opt.models) {
+        ModelBundle bundle = load_model_dir(dir);
+        std::cout << "model " << dir << ": L0 gates (Hard-Concrete, temperature " << o.temperature << "), lambda " << o.lambda
+                  << ", " << o.steps << " steps\n";
+        std::printf("  %6s %9s %14s %7s\n", "step", "NLL", "E[open heads]", "closed");
+        const L0Report report = l0_prune_heads(*bundle.model, bundle.tokenizers, train_src, train_tgt, src, ref, o,
+                                               [](const L0Progress& p) {
+                                                   std::printf("  %6d %9.4f %14.2f %7d\n", p.step, p.nll, p.expected_open, p.closed);
+                                                   std::fflush(stdout);
+                                               });
+        std::cout << "\n" << l0_table(report) << "\n";
+        nlohmann::json j = nlohmann::json::parse(l0_json(report));
+        j["model"] = dir;
+        runs.push_back(j);
+    }
+    if (!opt.json.empty()) write_file_atomic(opt.json, nlohmann::json({{"method", "l0"}, {"models", runs}}).dump(1) + "\n");
+}
 
 // "10%" or "0.1" -> 0.1
 double parse_fraction(const std::string& text, const char* flag) {
@@ -93,30 +127,71 @@ void add_prune_command(CLI::App* heads) {
         "Mask heads in steps from the least to the most important and score BLEU and NLL on the evaluation pairs\n"
         "after each step (a pruning curve, as Michel et al. 2019). Importance is measured on --imp-src/--imp-tgt,\n"
         "pairs separate from the evaluation ones. Several --model give one curve each.\n"
+        "With --method l0 (Voita et al. 2019) the heads are not ranked: each gets a Hard-Concrete gate (temperature\n"
+        "0.33, stretch (-0.1, 1.1)) and the model is fine-tuned on --imp-src/--imp-tgt with the loss\n"
+        "NLL + lambda * sum_h P(gate h open); the heads whose gate ends at 0 are closed.\n"
         "Example: tapeformer heads prune --model runs/toy --src data/toy/test.src --ref data/toy/test.tgt\n"
-        "         --imp-src data/toy/valid.src --imp-tgt data/toy/valid.tgt --step 10%");
+        "         --imp-src data/toy/valid.src --imp-tgt data/toy/valid.tgt --step 10%\n"
+        "         tapeformer heads prune --method l0 --lambda 0.05 --model runs/toy --src data/toy/test.src\n"
+        "         --ref data/toy/test.tgt --imp-src data/toy/valid.src --imp-tgt data/toy/valid.tgt");
     cmd->add_option("--model", opt->models, "Model directories (one curve each)")->required();
     cmd->add_option("--src", opt->src, "Evaluation source sentences")->required();
     cmd->add_option("--ref", opt->ref, "Evaluation references, aligned by line")->required();
-    cmd->add_option("--imp-src", opt->imp_src, "Source sentences the heads are ranked on (not needed with --order random)");
+    cmd->add_option("--imp-src", opt->imp_src, "Source sentences the heads are ranked on (not needed with --order random);\nwith --method l0, the pairs the gates are fine-tuned on");
     cmd->add_option("--imp-tgt", opt->imp_tgt, "Their references, aligned by line");
     cmd->add_option("--order", opt->order, "importance (Michel et al.), ablation (BLEU lost masking the head alone),\n"
                                            "entropy (most diffuse first) or random")
         ->check(CLI::IsMember({"importance", "ablation", "entropy", "random"}))
         ->capture_default_str();
     cmd->add_option("--step", opt->step, "Fraction of the heads masked per step (0.1 or 10%)")->capture_default_str();
-    cmd->add_option("--kinds", opt->kinds, "Prune only these kinds, e.g. E,A (default: E, D and A ranked jointly)");
+    cmd->add_option("--kinds", opt->kinds, "Prune (l0: gate) only these kinds, e.g. E,A (default: E, D and A ranked jointly)");
     cmd->add_flag("--recompute", opt->prune.recompute, "Rank again after every step, with the masked heads masked");
     cmd->add_flag("--keep-one-per-layer", opt->prune.keep_one_per_layer, "Never mask the last head of an attention");
     cmd->add_option("--stop-below", opt->prune.stop_below, "Stop once BLEU falls below this fraction of the unpruned BLEU")
         ->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--seed", opt->prune.seed, "Seed of --order random")->capture_default_str();
+    cmd->add_option("--seed", opt->prune.seed, "Seed of --order random (l0: of the batch order, dropout and the gates' noise)")->capture_default_str();
     cmd->add_option("--granularity", opt->granularity, "Importance granularity: token, sentence or batch")
         ->check(CLI::IsMember({"token", "sentence", "batch"}))
         ->capture_default_str();
-    cmd->add_option("--json", opt->json, "Also write the curves to this JSON file");
+    cmd->add_option("--json", opt->json, "Also write the curves (or, with --method l0, the gates) to this JSON file");
+    cmd->add_option("--method", opt->method,
+                    "mask: mask heads in --order, step by step (a pruning curve); l0: fine-tune on --imp-src/--imp-tgt\n"
+                    "with a Hard-Concrete gate per head and an L0 penalty (Voita et al. 2019), then report which\n"
+                    "heads closed and the BLEU/NLL of the pruned model")
+        ->check(CLI::IsMember({"mask", "l0"}))
+        ->capture_default_str();
+    std::vector<CLI::Option*> l0_flags = {
+        cmd->add_option("--lambda", opt->l0.lambda, "l0: weight of the expected number of open heads in the loss")
+            ->check(CLI::Range(0.0, 1e6))
+            ->capture_default_str(),
+        cmd->add_option("--l0-steps", opt->l0.steps, "l0: fine-tuning updates")->check(CLI::Range(1, 100000000))->capture_default_str(),
+        cmd->add_option("--lr", opt->l0.lr, "l0: Adam learning rate of the model's weights (0: only the gates learn)")
+            ->check(CLI::Range(0.0, 1.0))
+            ->capture_default_str(),
+        cmd->add_option("--gate-lr", opt->l0.gate_lr, "l0: Adam learning rate of the gates' log alpha")
+            ->check(number_above(0, true))
+            ->capture_default_str(),
+        cmd->add_option("--temperature", opt->l0.temperature, "l0: temperature beta of the Hard-Concrete gates")
+            ->check(number_above(0, true))
+            ->capture_default_str(),
+        cmd->add_option("--init-log-alpha", opt->l0.init_log_alpha, "l0: every gate's log alpha at the start (3: open)")
+            ->capture_default_str(),
+        cmd->add_option("--log-every", opt->l0.log_every, "l0: print progress every N steps")
+            ->check(CLI::Range(1, 100000000))
+            ->capture_default_str()};
+    std::vector<CLI::Option*> mask_flags = {cmd->get_option("--order"), cmd->get_option("--step"), cmd->get_option("--recompute"),
+                                            cmd->get_option("--keep-one-per-layer"), cmd->get_option("--stop-below"),
+                                            cmd->get_option("--granularity")};
     add_decode_options(*cmd, opt->prune.decode, opt->prune.batch_tokens);
-    cmd->callback([opt]() {
+    cmd->callback([opt, l0_flags, mask_flags]() {
+        for (CLI::Option* flag : opt->method == "l0" ? mask_flags : l0_flags)
+            if (flag->count() > 0)
+                throw std::runtime_error("heads prune: " + flag->get_name() + " does not apply to --method " + opt->method);
+        if (opt->method == "l0") {
+            run_l0(*opt);
+            command_exit_code() = 0;
+            return;
+        }
         PruneOptions p = opt->prune;
         p.order = parse_prune_order(opt->order);
         p.step = parse_fraction(opt->step, "--step");
@@ -167,6 +242,61 @@ void add_prune_command(CLI::App* heads) {
     });
 }
 
+struct SimilarityCommandOptions {
+    std::vector<std::string> models;
+    std::string src, tgt, json;
+    std::int64_t max_pairs = 500;
+    SimilarityOptions similarity;
+};
+
+void add_similarity_command(CLI::App* heads) {
+    auto opt = std::make_shared<SimilarityCommandOptions>();
+    CLI::App* cmd = heads->add_subcommand(
+        "similarity",
+        "Do heads specialise? Per attention (kind and layer) and per model: how alike its heads are in their\n"
+        "attention maps (Jensen-Shannon divergence over a sample of pairs), in the gradients that reach them\n"
+        "(correlation of the per-token gate gradients), in their query/key/value/output subspaces (overlap\n"
+        "||U_i^T U_j||_F^2 / D, chance level D/C), and in W_QK = W_q^T W_k and W_OV = W_o W_v (Frobenius cosine).\n"
+        "With several --model (same shape, e.g. checkpoints kept by --keep-every), also each model against the first.\n"
+        "Example: tapeformer heads similarity --model runs/toy --src data/toy/valid.src --tgt data/toy/valid.tgt");
+    cmd->add_option("--model", opt->models, "Model directories (or kept checkpoints, DIR/checkpoints/step-N.safetensors); from the\nsecond on, each is also compared with the first")
+        ->required();
+    cmd->add_option("--src", opt->src, "Source sentences of the sample, one per line")->required();
+    cmd->add_option("--tgt", opt->tgt, "Their target sentences (references), aligned by line")->required();
+    cmd->add_option("--max-pairs", opt->max_pairs, "Measure on the first N pairs of the files (0: all)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--batch-tokens", opt->similarity.batch_tokens, "Padded tokens per batch: sentences x max(S, T)")
+        ->check(number_above(1, false))
+        ->capture_default_str();
+    cmd->add_option("--json", opt->json, "Also write every head-by-head matrix to this JSON file");
+    cmd->callback([opt]() {
+        if (!opt->json.empty()) check_output_path(opt->json, "--json");
+        ParallelText text = read_parallel(opt->src, opt->tgt);
+        if (opt->max_pairs > 0 && std::int64_t(text.source.size()) > opt->max_pairs) {
+            text.source.resize(std::size_t(opt->max_pairs));
+            text.target.resize(std::size_t(opt->max_pairs));
+        }
+        std::vector<ModelBundle> bundles;
+        std::vector<Transformer*> models;
+        std::vector<std::vector<Example>> examples;
+        for (const std::string& dir : opt->models) {
+            bundles.push_back(load_model_dir(dir));
+            Transformer& model = *bundles.back().model;
+            const EncodedCorpus corpus = encode_parallel(text, bundles.back().tokenizers, std::int32_t(model.config.max_len - 1));
+            if (corpus.examples.empty())
+                throw std::runtime_error("--src '" + opt->src + "' and --tgt '" + opt->tgt + "': no pair to measure " + dir +
+                                         " on (" + corpus.stats.summary() + ")");
+            models.push_back(&model);
+            examples.push_back(corpus.examples);
+        }
+        const SimilarityReport report = head_similarity(models, opt->models, examples, opt->similarity);
+        std::cout << similarity_tables(report);
+        if (!opt->json.empty()) write_file_atomic(opt->json, similarity_json(report));
+        command_exit_code() = 0;
+    });
+}
+
 }  // namespace
 
 void add_heads_command(CLI::App& app) {
@@ -202,8 +332,9 @@ void add_heads_command(CLI::App& app) {
     cmd->add_option("--mask-heads", opt->mask, "Heads whose gate is 0 during the study, e.g. E:0:1,A:2:3");
     add_ablate_command(cmd);
     add_prune_command(cmd);
+    add_similarity_command(cmd);
     cmd->callback([opt, cmd]() {
-        if (!cmd->get_subcommands().empty()) return;  // `heads ablate` ran
+        if (!cmd->get_subcommands().empty()) return;  // `heads ablate`, `prune` or `similarity` ran
         for (const auto& [flag, value] : {std::pair{"--model", &opt->model_dir}, {"--src", &opt->src}, {"--tgt", &opt->tgt},
                                           {"--out", &opt->out_dir}})
             if (value->empty()) throw std::runtime_error(std::string("heads: ") + flag + " is required (see tapeformer heads --help)");

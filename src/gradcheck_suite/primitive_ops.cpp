@@ -155,6 +155,22 @@ void check_dropout(OpChecks& c) {
     c.check("dropout p=0.3", [](auto& x) { Rng rng(7); return dropout(x[0], real(0.3), rng); }, {c.rnd({4, 6})});
 }
 
+// The Hard-Concrete gate of L0 pruning: samples (a fresh Rng with the same seed on every call, so the noise
+// is fixed) at Voita et al.'s temperature 0.33 and at Louizos et al.'s 2/3, the evaluation gate, and the
+// probability of an open gate. log α spans [−4, 4], so some gates are clamped to 0 or 1 (zero gradient) and
+// some are not.
+void check_gates(OpChecks& c) {
+    c.check("hard_concrete (sample, temperature 0.33)",
+            [](auto& x) { Rng rng(11); return hard_concrete(x[0], real(0.33), real(-0.1), real(1.1), rng); }, {c.rnd({3, 8}, -4, 4)});
+    c.check("hard_concrete (sample, temperature 2/3)",
+            [](auto& x) { Rng rng(12); return hard_concrete(x[0], real(2.0 / 3), real(-0.1), real(1.1), rng); }, {c.rnd({2, 6}, -4, 4)});
+    c.check("hard_concrete (evaluation)",
+            [](auto& x) { Rng rng(13); return hard_concrete(x[0], real(0.33), real(-0.1), real(1.1), rng, false); },
+            {c.rnd({16}, -4, 4)});
+    c.check("hard_concrete_open", [](auto& x) { return hard_concrete_open(x[0], real(0.33), real(-0.1), real(1.1)); },
+            {c.rnd({2, 5}, -4, 4)});
+}
+
 // Embedding lookups (with padding and threaded backward) and the label-smoothed cross-entropy.
 void check_embedding_and_loss(OpChecks& c) {
     std::vector<std::int32_t> ids = {3, 0, 1, 3, 4, 0};  // 0 is padding: its row gets no gradient
@@ -189,6 +205,7 @@ void run_all(OpChecks& c) {
     check_softmax(c);
     check_layer_norm(c);
     check_dropout(c);
+    check_gates(c);
     check_embedding_and_loss(c);
 }
 }  // namespace

@@ -124,10 +124,7 @@ const char* to_string(Granularity g) {
     return g == Granularity::token ? "token" : g == Granularity::sentence ? "sentence" : "batch";
 }
 
-namespace {
-
-// Consecutive examples, in file order, while B · max(S, T) stays within the budget (S = source + EOS,
-// T = BOS + target); an example too long for the budget alone gets a batch of its own.
+// An example too long for the budget alone gets a batch of its own.
 std::vector<std::vector<std::int64_t>> file_order_batches(const std::vector<Example>& examples, std::int64_t budget) {
     std::vector<std::vector<std::int64_t>> batches;
     std::vector<std::int64_t> current;
@@ -147,6 +144,33 @@ std::vector<std::vector<std::int64_t>> file_order_batches(const std::vector<Exam
     return batches;
 }
 
+std::vector<GatedAttention> gated_pass(Transformer& model, const Batch& b, real label_smoothing, double* loss) {
+    std::vector<GatedAttention> out;
+    for (HeadKind kind : kKinds)
+        for (int l = 0; l < layers_of(model.config, kind); ++l) {
+            MultiHeadAttention& m = attention_of(model, kind, l);
+            if (m.gate.numel() != m.H) throw std::logic_error("heads: a gate that is not one value per head");
+            const std::int64_t H = m.H, Tq = kind == HeadKind::E ? b.S : b.T;
+            GatedAttention at{kind, l, &m, m.gate, Tensor::empty({b.B, H, Tq, 1})};  // ξ (B, H, Tq, 1)
+            for (std::int64_t i = 0; i < at.gate.numel(); ++i) at.gate.data()[i] = at.saved_gate.data()[(i / Tq) % H];
+            at.gate.set_requires_grad(true);
+            m.gate = at.gate;
+            out.push_back(std::move(at));
+        }
+    Pass pass;
+    pass.keep_attention = true;
+    Tensor logits = model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
+    LossReport r;
+    Tensor mean = sequence_loss(logits, b.target, model.config.pad_id, label_smoothing, &r);
+    Tensor summed = scale(mean, real(r.tokens));  // summed over the batch's target tokens
+    backward(summed);
+    for (GatedAttention& at : out) at.module->gate = at.saved_gate;
+    if (loss) *loss = double(summed.item());
+    return out;
+}
+
+namespace {
+
 // What one head accumulates over the data before the means are taken.
 struct HeadSums {
     double importance = 0;       // Σ |gate gradient| at the granularity's level
@@ -160,8 +184,7 @@ struct Attention {
     HeadKind kind;
     int layer;
     MultiHeadAttention* module;
-    Tensor saved_gate;         // (1, H, 1, 1) as the model had it
-    Tensor gate;               // (B, H, Tq, 1) of this batch
+    Tensor gate;               // ξ (B, H, Tq, 1) of this batch, holding ∂L/∂ξ; undefined in training
     std::vector<HeadSums> sums;
 };
 
@@ -310,7 +333,7 @@ std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& ba
             MultiHeadAttention& m = attention_of(model, kind, l);
             if (!m.last_weights.defined())
                 throw std::logic_error("measure_training_step: the pass did not keep the attention weights");
-            Attention at{kind, l, &m, m.gate, Tensor(), std::vector<HeadSums>(std::size_t(m.H))};
+            Attention at{kind, l, &m, Tensor(), std::vector<HeadSums>(std::size_t(m.H))};
             accumulate(at, batch, Granularity::batch);  // no gate gradient: the statistics only
             for (std::int64_t h = 0; h < m.H; ++h) {
                 at.sums[std::size_t(h)].importance = std::fabs(out_projection_product(m, h));
@@ -336,9 +359,7 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
     for (HeadKind kind : kKinds)
         for (int l = 0; l < layers_of(model.config, kind); ++l) {
             MultiHeadAttention& m = attention_of(model, kind, l);
-            Attention at{kind, l, &m, m.gate, Tensor(), std::vector<HeadSums>(std::size_t(m.H))};
-            if (at.saved_gate.numel() != m.H) throw std::logic_error("heads: a gate that is not one value per head");
-            attentions.push_back(std::move(at));
+            attentions.push_back({kind, l, &m, Tensor(), std::vector<HeadSums>(std::size_t(m.H))});
         }
     for (const auto& p : model.parameters()) {
         Tensor t = p.tensor;
@@ -347,32 +368,20 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
 
     for (const auto& indices : file_order_batches(examples, options.batch_tokens)) {
         const Batch b = make_batch(examples, indices);
-        for (Attention& at : attentions) {  // ξ (B, H, Tq, 1): the head's saved gate at every query
-            const std::int64_t H = at.module->H, Tq = at.kind == HeadKind::E ? b.S : b.T;
-            at.gate = Tensor::empty({b.B, H, Tq, 1});
-            for (std::int64_t i = 0; i < at.gate.numel(); ++i) at.gate.data()[i] = at.saved_gate.data()[(i / Tq) % H];
-            at.gate.set_requires_grad(true);
-            at.module->gate = at.gate;
+        double loss = 0;
+        const std::vector<GatedAttention> gated =
+            gated_pass(model, b, real(options.smoothed ? options.label_smoothing : 0.0), &loss);
+        report.loss += loss;
+        for (std::size_t i = 0; i < attentions.size(); ++i) {
+            attentions[i].gate = gated[i].gate;
+            accumulate(attentions[i], b, options.granularity);
         }
-        Pass pass;
-        pass.keep_attention = true;
-        Tensor logits = model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
-        LossReport r;
-        Tensor mean = sequence_loss(logits, b.target, model.config.pad_id,
-                                    real(options.smoothed ? options.label_smoothing : 0.0), &r);
-        Tensor loss = scale(mean, real(r.tokens));  // summed over the batch's target tokens
-        backward(loss);
-        report.loss += double(loss.item());
-        for (Attention& at : attentions) accumulate(at, b, options.granularity);
         report.pairs += b.B;
         report.src_tokens += b.num_src_tokens;
         report.tgt_tokens += b.num_tgt_tokens;
         ++report.batches;
     }
-    for (Attention& at : attentions) {
-        at.module->gate = at.saved_gate;
-        at.module->last_weights = at.module->last_context = Tensor();
-    }
+    for (Attention& at : attentions) at.module->last_weights = at.module->last_context = Tensor();
 
     for (const Attention& at : attentions) finish(at, options.normalise, report.heads);
     return report;
@@ -397,7 +406,15 @@ BleuScore sum_stats(const std::vector<BleuScore>& sentences, const std::vector<s
     return bleu_from_stats(counts, totals, sys_len, ref_len);
 }
 
-// Non-empty pairs, trimmed.
+std::vector<BleuScore> sentence_stats(const std::vector<std::string>& hyps, const std::vector<std::string>& refs) {
+    std::vector<BleuScore> out;
+    out.reserve(hyps.size());
+    for (std::size_t i = 0; i < hyps.size(); ++i) out.push_back(corpus_bleu({hyps[i]}, {refs[i]}));
+    return out;
+}
+
+}  // namespace
+
 std::pair<std::vector<std::string>, std::vector<std::string>> scorable_pairs(const std::vector<std::string>& src,
                                                                              const std::vector<std::string>& ref,
                                                                              const char* what) {
@@ -413,15 +430,6 @@ std::pair<std::vector<std::string>, std::vector<std::string>> scorable_pairs(con
     if (out.first.empty()) throw std::invalid_argument(std::string(what) + ": no line pair with both sides non-empty");
     return out;
 }
-
-std::vector<BleuScore> sentence_stats(const std::vector<std::string>& hyps, const std::vector<std::string>& refs) {
-    std::vector<BleuScore> out;
-    out.reserve(hyps.size());
-    for (std::size_t i = 0; i < hyps.size(); ++i) out.push_back(corpus_bleu({hyps[i]}, {refs[i]}));
-    return out;
-}
-
-}  // namespace
 
 double paired_bootstrap_p_value(const std::vector<BleuScore>& base, const std::vector<BleuScore>& system, int samples,
                                 std::uint64_t seed) {
