@@ -71,7 +71,7 @@ TEST_CASE("attention maps: shapes follow the tokens, rows sum to 1, the decoder 
     CHECK(j.at("encoder_self")[1][0][2][3].get<double>() == m.encoder_self[1][0][2][3]);
 }
 
-TEST_CASE("attention maps: the command writes the page and one SVG per selected head; nothing is fetched",
+TEST_CASE("attention maps: the command writes the page and one SVG per selected head, nothing is fetched",
           "[attention_maps][cli]") {
     TempDir tmp;
     const std::string cmd = shell_quote(TF_CLI) + " --threads 1 attention --model " + shell_quote(toy_model()) +

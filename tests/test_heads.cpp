@@ -190,7 +190,7 @@ TEST_CASE("heads: masking every head of a layer leaves its attention output equa
     CHECK(m.gate.to_vector() == std::vector<tf::real>(4, 1));
 }
 
-TEST_CASE("heads: the command writes heads.json and heads.csv for every head; bad input is one line on stderr",
+TEST_CASE("heads: the command writes heads.json and heads.csv for every head, bad input is one line on stderr",
           "[heads][cli]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
@@ -311,7 +311,7 @@ TEST_CASE("heads: paired bootstrap p-values: a real improvement is significant, 
     CHECK_THROWS_WITH(tf::paired_bootstrap_p_value(stats(perfect), {}, 500, 1), Catch::Contains("same"));
 }
 
-TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta and p; bad input named",
+TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta and p, bad input named",
           "[heads][ablate][cli]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
@@ -389,7 +389,7 @@ TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps
                       Catch::Contains("30 source lines but 0"));
 }
 
-TEST_CASE("heads: translate --mask-heads gives the translations of the masked model; a bad spec is one line",
+TEST_CASE("heads: translate --mask-heads gives the translations of the masked model, a bad spec is one line",
           "[heads][cli]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";

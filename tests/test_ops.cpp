@@ -528,7 +528,7 @@ TEST_CASE("ops: cross_entropy with label smoothing and an ignored position", "[o
     CHECK(double(tf::cross_entropy(logits, target, -100, real(0)).item()) == Approx(nll / 2).epsilon(1e-6));
 }
 
-TEST_CASE("ops: cross_entropy of uniform logits is log V; all ignored gives 0", "[ops]") {
+TEST_CASE("ops: cross_entropy of uniform logits is log V, all ignored gives 0", "[ops]") {
     Tensor logits = Tensor::zeros({2, 4});
     CHECK(double(tf::cross_entropy(logits, {1, 3}, -1, real(0.1)).item()) == Approx(std::log(4.0)).epsilon(1e-6));
     tf::CrossEntropyStats stats;
