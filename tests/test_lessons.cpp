@@ -166,3 +166,18 @@ TEST_CASE("lessons: every ctest label and source path the docs name exists", "[l
     CHECK(labels >= 5);
     CHECK(paths >= 20);
 }
+
+// catch_discover_tests splits a test name at ';' (a CMake list separator) into CTest entries that run
+// nothing, so such a test would silently never run under ctest. The lessons tell students to run tests by
+// label, so every name must survive that trip.
+TEST_CASE("test case names contain no ';', which catch_discover_tests would split", "[lessons][tests]") {
+    const std::regex name(R"(TEST_CASE\s*\(\s*"((?:[^"\\]|\\.)*)\")");
+    const std::string tests = all_test_sources();
+    int names = 0;
+    for (auto it = std::sregex_iterator(tests.begin(), tests.end(), name); it != std::sregex_iterator(); ++it) {
+        INFO((*it)[1].str());
+        CHECK((*it)[1].str().find(';') == std::string::npos);
+        ++names;
+    }
+    CHECK(names >= 100);
+}
