@@ -170,7 +170,7 @@ TEST_CASE("lessons: every ctest label and source path the docs name exists", "[l
 // catch_discover_tests splits a test name at ';' (a CMake list separator) into CTest entries that run
 // nothing, so such a test would silently never run under ctest. The lessons tell students to run tests by
 // label, so every name must survive that trip.
-TEST_CASE("test case names contain no ';', which catch_discover_tests would split", "[lessons][tests]") {
+TEST_CASE("test case names contain no semicolon, which catch_discover_tests would split at", "[lessons][tests]") {
     const std::regex name(R"(TEST_CASE\s*\(\s*"((?:[^"\\]|\\.)*)\")");
     const std::string tests = all_test_sources();
     int names = 0;
