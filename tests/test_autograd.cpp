@@ -66,7 +66,7 @@ TEST_CASE("autograd: gradients accumulate across backward calls until zero_grad"
     CHECK(w.grad_vector() == std::vector<real>{1, -1, 2});
 }
 
-TEST_CASE("autograd: leaves keep .grad; the tape is cleared but keeps its capacity", "[autograd]") {
+TEST_CASE("autograd: leaves keep .grad, the tape is cleared but keeps its capacity", "[autograd]") {
     tf::tape().clear();
     Tensor x = leaf({0.5, 1.5, -2, 1}, {2, 2});
     Tensor y = tf::sum_all(tf::relu(tf::scale(x, real(2))));  // 2·relu(x)'s mask: {2, 2, 0, 2}

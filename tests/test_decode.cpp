@@ -348,7 +348,7 @@ TEST_CASE("a beam wide enough for every sequence is exhaustive search", "[decode
     }
 }
 
-TEST_CASE("the length cap bounds greedy and beam outputs; a row without EOS stops exactly at it", "[decode]") {
+TEST_CASE("the length cap bounds greedy and beam outputs, a row without EOS stops exactly at it", "[decode]") {
     for (const Variant& v : kVariants) {
         INFO(describe(v));
         auto model = tiny_model(v);

@@ -78,7 +78,7 @@ TEST_CASE("summary: multiply-adds and shapes of a tiny model, counted by hand", 
     CHECK_THROWS_WITH(tf::summarize(m, 0, 3, 4), Catch::Contains(">= 1"));
 }
 
-TEST_CASE("summary: tapeformer summary --init prints the table; no model is one line on stderr", "[summary][cli]") {
+TEST_CASE("summary: tapeformer summary --init prints the table, no model is one line on stderr", "[summary][cli]") {
     TempDir tmp;
     const std::string out = tmp / "out", err = tmp / "err";
     const std::string cmd = shell_quote(TF_CLI) + " summary --init --d-model 8 --heads 2 --ffn 16 --layers 1 --vocab 20 >" +

@@ -71,7 +71,7 @@ TEST_CASE("tasks: copy pairs are 10 symbols from 1..10, the target equal to the 
     CHECK(seen == std::set<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
 }
 
-TEST_CASE("tasks: the same seed gives the same bytes on every machine; another seed others", "[tasks]") {
+TEST_CASE("tasks: the same seed gives the same bytes on every machine, another seed others", "[tasks]") {
     // The checksums pin the generator (counter-based hashing, no std:: distributions): a standard library
     // or a CPU that drew differently would change them.
     auto crc = [](tf::SequenceTask task, std::uint64_t seed) {
@@ -102,7 +102,7 @@ TEST_CASE("tasks: bad options are rejected naming the option", "[tasks]") {
     CHECK_THAT(error([](auto& o) { o.eval_min_len = 40; }), Catch::Contains("--eval-max-len"));
 }
 
-TEST_CASE("tasks: tapeformer data reverse writes six aligned files; a bad value is one line on stderr", "[tasks][cli]") {
+TEST_CASE("tasks: tapeformer data reverse writes six aligned files, a bad value is one line on stderr", "[tasks][cli]") {
     TempDir tmp;
     const std::string out = tmp / "rev";
     const std::string cmd = shell_quote(TF_CLI) + " data reverse --out " + shell_quote(out) +

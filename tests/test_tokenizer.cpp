@@ -67,7 +67,7 @@ TEST_CASE("WordTokenizer encodes known words, maps the rest to <unk>, and decode
     CHECK(tok->encode("").empty());
 }
 
-TEST_CASE("joint word vocabularies cover both languages; separate ones only their own", "[tokenizer]") {
+TEST_CASE("joint word vocabularies cover both languages, separate ones only their own", "[tokenizer]") {
     std::vector<std::string> de = {"das haus", "ein hund"}, en = {"the house", "a dog"};
     tf::TokenizerOptions options;
     options.kind = tf::TokenizerKind::word;

@@ -1205,7 +1205,7 @@ TEST_CASE("train: a run killed before its first validation leaves a model that t
     }
 }
 
-TEST_CASE("train: leftovers of killed writes are removed; a live writer's and a user's files stay", "[train]") {
+TEST_CASE("train: leftovers of killed writes are removed, a live writer's and a user's files stay", "[train]") {
     Corpus corpus(80);
     TempDir tmp;
     const std::string out = tmp / "run";
@@ -1276,7 +1276,7 @@ TEST_CASE("train: --resume applies --keep, --checkpoint-every, --valid-every and
     CHECK(read_all(out + "/run.json") == before);
 }
 
-TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the flag; so is such a run.json",
+TEST_CASE("train: non-finite --time-budget and --clip are refused, naming the flag, so is such a run.json",
           "[train]") {
     Corpus corpus(50);
     TempDir tmp;
@@ -1331,7 +1331,7 @@ TEST_CASE("train: a state.json naming files other than the run's checkpoints is 
     CHECK(of_type(read_metrics(out), "train").size() == 2);
 }
 
-TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume); --keep-every keeps those checkpoints",
+TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume), --keep-every keeps those checkpoints",
           "[train][heads]") {
     Corpus corpus(180, 20);
     TempDir tmp;

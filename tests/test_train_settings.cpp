@@ -116,7 +116,7 @@ TEST_CASE("train settings: a run.json of an older version (model values as text,
     CHECK_THROWS_WITH(tf::train_config_from_json(wrong.dump()), Contains("model.heads") && Contains("2.5"));
 }
 
-TEST_CASE("train settings: flags beat --config, which beats --preset; --layers is one source's shorthand",
+TEST_CASE("train settings: flags beat --config, which beats --preset, --layers is one source's shorthand",
           "[train][settings]") {
     TempDir tmp("settings");
     tf::TrainArguments args;
