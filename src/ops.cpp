@@ -654,6 +654,69 @@ Tensor gelu(const Tensor& a) {
                  });
 }
 
+// ---- additive attention scores ---------------------------------------------------------------------------
+
+Tensor additive_scores(const Tensor& q, const Tensor& k, const Tensor& v) {
+    require_defined("additive_scores", q, "q");
+    require_defined("additive_scores", k, "k");
+    require_defined("additive_scores", v, "v");
+    if (q.rank() != 4 || k.rank() != 4 || v.rank() != 2 || q.size(0) != k.size(0) || q.size(1) != k.size(1) ||
+        q.size(3) != k.size(3) || v.size(0) != q.size(1) || v.size(1) != q.size(3))
+        fail("additive_scores", "needs q (B, H, Tq, D), k (B, H, Tk, D) and v (H, D), got " + q.shape().str() + ", " +
+                                    k.shape().str() + " and " + v.shape().str());
+    const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+    Tensor out = Tensor::empty({B, H, Tq, Tk});
+    const real *Q = q.data(), *K = k.data(), *Vs = v.data();
+    real* S = out.data();
+    // s[b,h,i,j] = Σ_d v[h,d] tanh(q[b,h,i,d] + k[b,h,j,d])
+#pragma omp parallel for schedule(static) if (B * H * Tq * Tk * D >= kParallelGrain)
+    for (std::int64_t row = 0; row < B * H * Tq; ++row) {  // row = (b·H + h)·Tq + i
+        const std::int64_t bh = row / Tq, h = bh % H;
+        const real *qi = Q + row * D, *vh = Vs + h * D;
+        for (std::int64_t j = 0; j < Tk; ++j) {
+            const real* kj = K + (bh * Tk + j) * D;
+            real s = 0;
+            for (std::int64_t d = 0; d < D; ++d) s += vh[d] * std::tanh(qi[d] + kj[d]);
+            S[row * Tk + j] = s;
+        }
+    }
+    if (!needs_grad({&q, &k, &v})) return out;
+    return record("additive_scores", out, {q, k, v}, [B, H, Tq, Tk, D](Tensor& y, std::vector<Tensor>& in) {
+        // With t = tanh(q_i + k_j):  ∂s_ij/∂q_i = ∂s_ij/∂k_j = v ⊙ (1 − t²),  ∂s_ij/∂v = t.
+        // Each (b, h) writes its own rows of dq and dk; dv sums over b in a fixed order afterwards, so
+        // the result does not depend on the number of threads.
+        const real *g = y.grad(), *Q = in[0].data(), *K = in[1].data(), *Vs = in[2].data();
+        real* dq = in[0].requires_grad() ? in[0].grad() : nullptr;
+        real* dk = in[1].requires_grad() ? in[1].grad() : nullptr;
+        std::vector<real> dv_part(in[2].requires_grad() ? static_cast<std::size_t>(B * H * D) : 0, real(0));  // (B, H, D)
+#pragma omp parallel for schedule(static) if (B * H * Tq * Tk * D >= kParallelGrain)
+        for (std::int64_t bh = 0; bh < B * H; ++bh) {
+            const real* vh = Vs + (bh % H) * D;
+            real* dvh = dv_part.empty() ? nullptr : dv_part.data() + bh * D;
+            for (std::int64_t i = 0; i < Tq; ++i) {
+                const real* qi = Q + (bh * Tq + i) * D;
+                for (std::int64_t j = 0; j < Tk; ++j) {
+                    const real gij = g[(bh * Tq + i) * Tk + j];
+                    if (gij == 0) continue;  // masked keys: softmax sends them no gradient
+                    const real* kj = K + (bh * Tk + j) * D;
+                    for (std::int64_t d = 0; d < D; ++d) {
+                        const real t = std::tanh(qi[d] + kj[d]);
+                        const real dpre = gij * vh[d] * (1 - t * t);
+                        if (dq) dq[(bh * Tq + i) * D + d] += dpre;
+                        if (dk) dk[(bh * Tk + j) * D + d] += dpre;
+                        if (dvh) dvh[d] += gij * t;
+                    }
+                }
+            }
+        }
+        if (!dv_part.empty()) {
+            real* dv = in[2].grad();
+            for (std::int64_t b = 0; b < B; ++b)
+                for (std::int64_t hd = 0; hd < H * D; ++hd) dv[hd] += dv_part[b * H * D + hd];
+        }
+    });
+}
+
 // ---- softmax, log_softmax ---------------------------------------------------------------------------------
 
 Tensor softmax(const Tensor& a, const Tensor& mask) {

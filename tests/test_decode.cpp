@@ -28,16 +28,21 @@ struct Variant {
     tf::NormPosition norm;
     tf::Tying tie;
     std::uint64_t seed;
+    tf::AttentionScore attention = tf::AttentionScore::Dot;
+    bool output_bias = false;
 };
 
 const Variant kVariants[] = {
     {tf::NormPosition::Post, tf::Tying::None, 1},    {tf::NormPosition::Pre, tf::Tying::None, 2},
     {tf::NormPosition::Post, tf::Tying::Decoder, 3}, {tf::NormPosition::Pre, tf::Tying::All, 4},
     {tf::NormPosition::Post, tf::Tying::All, 5},     {tf::NormPosition::Pre, tf::Tying::Decoder, 6},
+    {tf::NormPosition::Post, tf::Tying::None, 7, tf::AttentionScore::Additive, true},
+    {tf::NormPosition::Pre, tf::Tying::All, 8, tf::AttentionScore::Additive, false},
 };
 
 std::string describe(const Variant& v) {
-    return std::string(tf::to_string(v.norm)) + "-norm, tie " + tf::to_string(v.tie) + ", seed " + std::to_string(v.seed);
+    return std::string(tf::to_string(v.norm)) + "-norm, tie " + tf::to_string(v.tie) + ", " + tf::to_string(v.attention) +
+           " attention" + (v.output_bias ? ", output bias" : "") + ", seed " + std::to_string(v.seed);
 }
 
 // A tiny random model. `sharpen` multiplies the generator (logits) so that the argmax is clear and varies.
@@ -51,10 +56,16 @@ std::unique_ptr<Transformer> tiny_model(const Variant& v, std::int64_t V = 13, d
     c.dec_layers = 2;
     c.norm = v.norm;
     c.tie = v.tie;
+    c.attention = v.attention;
+    c.output_bias = v.output_bias;
     c.max_len = 64;
     auto model = std::make_unique<Transformer>(c, v.seed);
     tf::real* g = model->generator.data();
     for (std::int64_t i = 0; i < model->generator.numel(); ++i) g[i] *= tf::real(sharpen);
+    if (v.output_bias) {  // a bias that changes the argmax: decoding must add it at every step
+        tf::Rng rng(v.seed);
+        for (std::int64_t i = 0; i < model->generator_bias.numel(); ++i) model->generator_bias.data()[i] = tf::real(rng.uniform() * 2 - 1);
+    }
     return model;
 }
 

@@ -591,3 +591,15 @@ TEST_CASE("hard_concrete: the evaluation gate by hand, samples open as often as 
     CHECK_THROWS_WITH(tf::hard_concrete(alpha, real(0), l, r, rng), Catch::Contains("hard_concrete") && Catch::Contains("temperature"));
     CHECK_THROWS_WITH(tf::hard_concrete_open(alpha, beta, real(0.1), r), Catch::Contains("stretch"));
 }
+
+TEST_CASE("ops: additive attention scores s_ij = v · tanh(q_i + k_j), by hand", "[ops][attention]") {
+    // One batch row, one head, D = 2: q = (0.5, −1), k_0 = (0, 1), k_1 = (2, −3), v = (1, 0.5).
+    Tensor q = Tensor::from({0.5, -1}, {1, 1, 1, 2});
+    Tensor k = Tensor::from({0, 1, 2, -3}, {1, 1, 2, 2});
+    Tensor v = Tensor::from({1, 0.5}, {1, 2});
+    Tensor s = tf::additive_scores(q, k, v);
+    REQUIRE(s.shape() == tf::Shape{1, 1, 1, 2});
+    CHECK(s.data()[0] == Approx(std::tanh(0.5) + 0.5 * std::tanh(0.0)).epsilon(1e-6));
+    CHECK(s.data()[1] == Approx(std::tanh(2.5) + 0.5 * std::tanh(-4.0)).epsilon(1e-6));
+    CHECK_THROWS_WITH(tf::additive_scores(q, k, Tensor::from({1, 2, 3}, {1, 3})), Catch::Contains("additive_scores"));
+}

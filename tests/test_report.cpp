@@ -148,7 +148,7 @@ TEST_CASE("report: training logs per-layer gradient norms whose squares add up t
     CHECK(lines == 6);  // steps 5, 10, ..., 30
 }
 
-TEST_CASE("report: sections without data stay and say what is missing; bad input is one line and a non-zero exit",
+TEST_CASE("report: sections without data stay and say what is missing, bad input is one line and a non-zero exit",
           "[report]") {
     TempDir tmp("report");
     // Only a training log, of an older run without per-layer norms or validation: no model, no run.json.

@@ -61,6 +61,10 @@ Tensor gelu(const Tensor& a);  // exact: x · Φ(x) = 0.5 x (1 + erf(x / √2)),
 // softmax(a + mask) over the last axis. mask (optional, undefined = none) is added before the softmax and
 // broadcasts to a; use 0 to keep and -infinity to drop a position. It is a constant: no gradient. A row
 // whose every position is dropped becomes all zeros (PyTorch would give NaN).
+// Additive (Bahdanau-style) attention scores, one fused op: s[b,h,i,j] = Σ_d v[h,d] · tanh(q[b,h,i,d] + k[b,h,j,d]).
+// q (B, H, Tq, D), k (B, H, Tk, D), v (H, D) -> (B, H, Tq, Tk). The projections W_q q and W_k k of the
+// additive form are the attention's Q and K; v scores their sum. tanh is recomputed in backward.
+Tensor additive_scores(const Tensor& q, const Tensor& k, const Tensor& v);
 Tensor softmax(const Tensor& a, const Tensor& mask = Tensor());
 Tensor log_softmax(const Tensor& a);
 // y = (x − mean) / sqrt(var + eps) · gamma + beta over the last axis C; var is the biased variance.

@@ -87,6 +87,19 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
             return attn->forward(x[0], x[0], src_mask, Pass{});
         }, {in[0].clone().set_requires_grad(false), gate}, opt));
     }
+    {  // additive scoring v·tanh(q + k), causal self-attention: every parameter, v included
+        auto attn = std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Additive);
+        Rng init(seed);
+        attn->init(init);
+        ParamList params;
+        attn->parameters(params, "");
+        jitter(params, ++k);
+        std::vector<Tensor> in = {random_tensor({B, T, C}, ++k)};
+        for (const Tensor& t : tensors_of(params)) in.push_back(t);
+        out.push_back(gradcheck("attention: additive scores, causal self + padding mask", [attn, tgt_mask](auto& x) {
+            return attn->forward(x[0], x[0], tgt_mask, Pass{});
+        }, in, opt));
+    }
     for (NormPosition norm : {NormPosition::Post, NormPosition::Pre}) {
         const std::string tag = norm == NormPosition::Post ? " (post-norm)" : " (pre-norm, gelu)";
         const ModelConfig c = tiny_config(norm, norm == NormPosition::Post ? Activation::ReLU : Activation::GELU);

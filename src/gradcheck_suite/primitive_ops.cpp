@@ -140,6 +140,12 @@ void check_softmax(OpChecks& c) {
     c.check("log_softmax", [](auto& x) { return log_softmax(x[0]); }, {c.rnd({3, 7}, -2, 2)});
 }
 
+// Additive attention scores v · tanh(q_i + k_j): q (B, H, Tq, D), k (B, H, Tk, D), v (H, D).
+void check_additive_scores(OpChecks& c) {
+    c.check("additive_scores", [](auto& x) { return additive_scores(x[0], x[1], x[2]); },
+            {c.rnd({2, 2, 3, 4}), c.rnd({2, 2, 5, 4}), c.rnd({2, 4})});
+}
+
 // Layer norm, and the fused residual add + layer norm of post-norm layers.
 void check_layer_norm(OpChecks& c) {
     c.check("layer_norm", [](auto& x) { return layer_norm(x[0], x[1], x[2]); },
@@ -203,6 +209,7 @@ void run_all(OpChecks& c) {
     check_reductions(c);
     check_activations(c);
     check_softmax(c);
+    check_additive_scores(c);
     check_layer_norm(c);
     check_dropout(c);
     check_gates(c);

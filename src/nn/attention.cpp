@@ -59,12 +59,21 @@ Tensor merge_heads(const Tensor& x) {
     return permute(x, {0, 2, 1, 3}).reshape({B, T, H * D});  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
 }
 
-MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dropout)
-    : C(C_), H(H_), D(C_ / H_), in_proj_weight(make_param({3 * C_, C_})), in_proj_bias(make_param({3 * C_})),
+const char* to_string(AttentionScore s) { return s == AttentionScore::Dot ? "dot" : "additive"; }
+
+AttentionScore parse_attention_score(const std::string& s) {
+    if (s == "dot") return AttentionScore::Dot;
+    if (s == "additive") return AttentionScore::Additive;
+    throw std::invalid_argument("attention scoring '" + s + "' is not one of: dot, additive");
+}
+
+MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dropout, AttentionScore score_)
+    : C(C_), H(H_), D(C_ / H_), score(score_), in_proj_weight(make_param({3 * C_, C_})), in_proj_bias(make_param({3 * C_})),
       out_proj(C_, C_, true), dropout_p(dropout), gate(Tensor::full({1, H_, 1, 1}, 1)) {
     if (H <= 0 || C % H != 0)
         throw std::invalid_argument("attention: d_model " + std::to_string(C) + " is not divisible by heads " +
                                     std::to_string(H));
+    if (score == AttentionScore::Additive) score_v = make_param({H, D});
 }
 
 Tensor MultiHeadAttention::project_q(const Tensor& x) const {
@@ -78,8 +87,10 @@ std::pair<Tensor, Tensor> MultiHeadAttention::project_kv(const Tensor& x) const 
 
 Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                   const Pass& pass) {
-    // scores = Q Kᵀ / √D + mask: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk), the 1/√D inside the product
-    Tensor scores = matmul(q, k, false, true, real(1) / std::sqrt(real(D)));
+    // scores = Q Kᵀ / √D: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk), the 1/√D inside the product;
+    // or additive: s_ij = v · tanh(q_i + k_j), (B, H, Tq, D), (B, H, Tk, D), (H, D) -> (B, H, Tq, Tk)
+    Tensor scores = score == AttentionScore::Dot ? matmul(q, k, false, true, real(1) / std::sqrt(real(D)))
+                                                 : additive_scores(q, k, score_v);
     Tensor weights = softmax(scores, mask);  // (B, H, Tq, Tk), each row sums to 1 over the keys
     if (pass.keep_attention) last_weights = weights;
     Tensor context = matmul(dropout(weights, dropout_p, pass), v);  // (B, H, Tq, D)
@@ -197,6 +208,7 @@ void MultiHeadAttention::parameters(ParamList& out, const std::string& prefix) c
     out.push_back({prefix + "in_proj_weight", in_proj_weight});
     out.push_back({prefix + "in_proj_bias", in_proj_bias});
     out_proj.parameters(out, prefix + "out_proj.");
+    if (score == AttentionScore::Additive) out.push_back({prefix + "score_v", score_v});
 }
 
 void MultiHeadAttention::init(Rng& rng) {
@@ -204,6 +216,7 @@ void MultiHeadAttention::init(Rng& rng) {
     init_constant(in_proj_bias, 0);
     init_xavier_uniform(out_proj.weight, rng);
     init_constant(out_proj.bias, 0);
+    if (score == AttentionScore::Additive) init_normal(score_v, rng, 1 / std::sqrt(double(D)));  // s_ij starts O(1)
 }
 
 // ---- the per-head form ------------------------------------------------------------------------------------

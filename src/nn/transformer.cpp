@@ -65,7 +65,8 @@ void ModelConfig::validate() const {
 
 std::int64_t ModelConfig::parameter_count() const {
     const std::int64_t C = d_model, F = ffn;
-    const std::int64_t attention = 3 * C * C + 3 * C + C * C + C;  // in_proj (3C, C) + bias, out_proj (C, C) + bias
+    const std::int64_t attention = 3 * C * C + 3 * C + C * C + C    // in_proj (3C, C) + bias, out_proj (C, C) + bias
+                                   + (this->attention == AttentionScore::Additive ? C : 0);  // v (H, D)
     const std::int64_t feed_forward = F * C + F + C * F + C;        // linear1 (F, C) + bias, linear2 (C, F) + bias
     const std::int64_t layer_norm = 2 * C;                          // gain and bias
     std::int64_t n = src_vocab * C;                                 // source embedding
@@ -115,6 +116,10 @@ const std::vector<Setting<ModelConfig>>& ModelConfig::settings() {
         choice_setting<C>("positional", "positional", g, "Positional encoding", {"sinusoidal", "learned"},
                           [](auto& c) -> auto& { return c.positional; }, parse_positional,
                           [](PositionalKind p) { return to_string(p); }),
+        added_later(choice_setting<C>("attention", "attention", g,
+                                      "Attention scoring: dot = the paper's q·k/√D; additive = Bahdanau's v·tanh(W_q q + W_k k)",
+                                      {"dot", "additive"}, [](auto& c) -> auto& { return c.attention; },
+                                      parse_attention_score, [](AttentionScore s) { return to_string(s); })),
         added_later(bool_setting<C>("output-bias", "output_bias", g,
                                     "A bias on the output projection (PyTorch's nn.Linear; the paper and fairseq have none)",
                                     "", [](auto& c) -> auto& { return c.output_bias; })),
@@ -145,7 +150,7 @@ ModelConfig ModelConfig::from_metadata(const std::map<std::string, std::string>&
 // ---- layers ------------------------------------------------------------------------------------------------
 
 EncoderLayer::EncoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout)),
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
       norm1(c.d_model), norm2(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
 
@@ -179,8 +184,8 @@ void EncoderLayer::init(Rng& rng) {
 }
 
 DecoderLayer::DecoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout)),
-      multihead_attn(c.d_model, c.heads, real(c.attention_dropout)),
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention),
+      multihead_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
       norm1(c.d_model), norm2(c.d_model), norm3(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
 

@@ -169,11 +169,17 @@ public:
         stage("v", "V split into heads the same way", kv_heads, "src/ops.cpp slice_heads", v);
         rows = saved_rows;
         cols = keys;
-        // scores = Q Kᵀ / √D: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk)
-        Tensor scores = matmul(q, k, false, true, real(1) / std::sqrt(real(a.D)));
-        stage("scores", "scores = Q Kᵀ / √D (1/√D = " + fmt("%.4f", 1 / std::sqrt(double(a.D))) + ")",
-            std::string("(B, H, ") + tq + ", " + kv + ")",
-            "src/nn/attention.cpp MultiHeadAttention::attend -> matmul (src/ops.cpp), 1/√D as its alpha", scores);
+        // scores = Q Kᵀ / √D: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk); or additive v·tanh(q_i + k_j)
+        const bool additive = a.score == AttentionScore::Additive;
+        Tensor scores = additive ? additive_scores(q, k, a.score_v) : matmul(q, k, false, true, real(1) / std::sqrt(real(a.D)));
+        if (additive)
+            stage("scores", "scores s_ij = v_h · tanh(q_i + k_j) (additive scoring, v (H, D) = score_v)",
+                  std::string("(B, H, ") + tq + ", " + kv + ")",
+                  "src/nn/attention.cpp MultiHeadAttention::attend -> additive_scores (src/ops.cpp)", scores);
+        else
+            stage("scores", "scores = Q Kᵀ / √D (1/√D = " + fmt("%.4f", 1 / std::sqrt(double(a.D))) + ")",
+                  std::string("(B, H, ") + tq + ", " + kv + ")",
+                  "src/nn/attention.cpp MultiHeadAttention::attend -> matmul (src/ops.cpp), 1/√D as its alpha", scores);
         {
             NoGradGuard display;  // what softmax sees; the model adds the mask inside softmax
             ExplainStage& m = stage("mask", std::string(self && tq[0] == 'T' ? "causal + padding" : "padding") +

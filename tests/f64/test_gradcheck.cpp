@@ -66,7 +66,7 @@ TEST_CASE("gradcheck: every primitive op passes (seed 1)", "[gradcheck]") {
                            "matmul (B,T,C) x W^T (linear)", "reshape", "permute (0,2,1,3)", "transpose (-1,-2)",
                            "concat_last", "slice_last", "sum axis 1", "mean axis 0", "sum_all", "relu", "gelu",
                            "softmax", "softmax + key padding mask", "softmax + causal mask", "log_softmax",
-                           "layer_norm", "dropout p=0.3", "embedding", "cross_entropy (eps 0.1, ignore 0)",
+                           "additive_scores", "layer_norm", "dropout p=0.3", "embedding", "cross_entropy (eps 0.1, ignore 0)",
                            "hard_concrete (sample, temperature 0.33)", "hard_concrete (evaluation)",
                            "hard_concrete_open"}) {
         INFO("op " << op);
@@ -76,6 +76,19 @@ TEST_CASE("gradcheck: every primitive op passes (seed 1)", "[gradcheck]") {
 }
 
 TEST_CASE("gradcheck: every primitive op passes (seed 7)", "[gradcheck]") { check_all_pass(tf::check_primitive_ops(7)); }
+
+TEST_CASE("gradcheck: every model block passes, additive attention scoring included", "[gradcheck][attention]") {
+    const std::vector<tf::GradcheckResult> results = tf::check_model_blocks(1);
+    std::set<std::string> names;
+    for (const auto& r : results) names.insert(r.name);
+    for (const char* block : {"attention: self + key padding mask + dropout", "attention: causal self + padding mask",
+                              "attention: cross (decoder -> encoder)", "attention: head gates xi",
+                              "attention: additive scores, causal self + padding mask"}) {
+        INFO("block " << block);
+        CHECK(names.count(block) == 1);
+    }
+    check_all_pass(results);
+}
 
 TEST_CASE("gradcheck: a backward off by 1e-3 relative fails, the exact one passes", "[gradcheck]") {
     const Tensor x = tf::random_tensor({3, 4}, 5);

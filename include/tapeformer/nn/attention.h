@@ -1,5 +1,5 @@
 // Multi-head attention ("Attention Is All You Need", section 3.2):
-//   Attention(Q, K, V) = softmax(Q Kᵀ / √D + mask) V
+//   Attention(Q, K, V) = softmax(Q Kᵀ / √D + mask) V      (or additive scores v·tanh(q_i + k_j), below)
 //   head_h = Attention(x_q W_qʰ, x_kv W_kʰ, x_kv W_vʰ),   MultiHead = concat_h(ξ_h · head_h) W_o
 // with H heads of width D = C / H. ξ_h is the head gate (1 by default): ∂L/∂ξ_h is the head importance of
 // Michel et al. (2019), and ξ_h = 0 masks the head. One module serves the three uses: encoder
@@ -63,18 +63,26 @@ struct KVCache {
     void select_rows(const std::vector<std::int64_t>& from);
 };
 
+// How a query scores a key: the paper's scaled dot product q·k/√D, or Bahdanau et al.'s (2015) additive
+// v·tanh(W_q q + W_k k), where W_q q and W_k k are the query and key projections Q and K.
+enum class AttentionScore { Dot, Additive };
+const char* to_string(AttentionScore s);
+AttentionScore parse_attention_score(const std::string& s);
+
 struct MultiHeadAttention {
     std::int64_t C = 0, H = 0, D = 0;
+    AttentionScore score = AttentionScore::Dot;
     Tensor in_proj_weight;  // (3C, C): rows [0, C) are W_q, [C, 2C) W_k, [2C, 3C) W_v — PyTorch's layout
     Tensor in_proj_bias;    // (3C)
     Linear out_proj;        // W_o (C, C) and its bias
+    Tensor score_v;         // v (H, D): each head's additive scoring vector (AttentionScore::Additive only)
     real dropout_p = 0;     // on the attention weights
     Tensor gate;            // ξ (1, H, 1, 1): not a parameter; set_requires_grad(true) to get ∂L/∂ξ
     Tensor last_weights;    // (B, H, Tq, Tk), kept when the pass asks for it (Tk = the cache's capacity with a cache)
     Tensor last_context;    // (B, H, Tq, D): each head's output Σ_j a_ij v_j before its gate, kept with last_weights
 
     MultiHeadAttention() = default;
-    MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout);
+    MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout, AttentionScore score = AttentionScore::Dot);
 
     // query (B, Tq, C), key_value (B, Tk, C) -> (B, Tq, C). mask broadcasts to (B, H, Tq, Tk).
     // When query and key_value are the same tensor (self-attention), Q, K and V come from one fused (C -> 3C)
@@ -85,12 +93,12 @@ struct MultiHeadAttention {
                    KVCache* cache = nullptr);
 
     void parameters(ParamList& out, const std::string& prefix) const;
-    void init(Rng& rng);  // Xavier-uniform in_proj (as one (3C, C) matrix) and out_proj, zero biases
+    void init(Rng& rng);  // Xavier-uniform in_proj (as one (3C, C) matrix) and out_proj, zero biases, v ~ N(0, 1/D)
 
 private:
     Tensor project_q(const Tensor& x) const;                      // (B, T, C) -> (B, H, T, D)
     std::pair<Tensor, Tensor> project_kv(const Tensor& x) const;  // (B, T, C) -> K, V (B, H, T, D)
-    // softmax(Q Kᵀ/√D + mask) V, gated, heads merged and projected: -> (B, Tq, C)
+    // softmax(scores(Q, K) + mask) V, gated, heads merged and projected: -> (B, Tq, C)
     Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Pass& pass);
 };
 

@@ -41,6 +41,7 @@ struct ModelConfig {
     Activation activation = Activation::ReLU;
     Tying tie = Tying::None;          // None; Decoder: target embedding = output projection; All: one table
     PositionalKind positional = PositionalKind::Sinusoidal;
+    AttentionScore attention = AttentionScore::Dot;  // how queries score keys (the paper: Dot)
     bool output_bias = false;         // logits = x Wᵀ + b instead of x Wᵀ (PyTorch's nn.Linear has the b)
     std::int64_t max_len = 256;       // longest sequence the positional table covers
     std::int32_t pad_id = 0, bos_id = 1, eos_id = 2;
