@@ -49,6 +49,7 @@ void add_train_command(CLI::App& app) {
         cmd->add_option_function<std::string>("--" + s.name, [given, name = s.name](const std::string& v) { (*given)[name] = v; },
                                               help)
             ->type_name(s.type == SettingType::Integer ? "INT" : s.type == SettingType::Real ? "NUMBER" : "TEXT")
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)  // the last of a repeated flag wins
             ->group(s.group);
     }
 

@@ -173,7 +173,7 @@ public:
         const bool additive = a.score == AttentionScore::Additive;
         Tensor scores = additive ? additive_scores(q, k, a.score_v) : matmul(q, k, false, true, real(1) / std::sqrt(real(a.D)));
         if (additive)
-            stage("scores", "scores s_ij = v_h · tanh(q_i + k_j) (additive scoring, v (H, D) = score_v)",
+            stage("scores", "scores = v_h · tanh(q_i + k_j), additive scoring (v (H, D) = score_v)",
                   std::string("(B, H, ") + tq + ", " + kv + ")",
                   "src/nn/attention.cpp MultiHeadAttention::attend -> additive_scores (src/ops.cpp)", scores);
         else

@@ -206,10 +206,11 @@ std::string overview(const RunData& d) {
     if (d.run.is_object()) {
         const json& m = d.run["model"];
         std::string model;
-        for (const char* k : {"d_model", "heads", "ffn", "enc_layers", "dec_layers", "norm", "tie", "positional", "dropout"})
+        for (const char* k : {"d_model", "heads", "ffn", "enc_layers", "dec_layers", "norm", "tie", "positional", "attention", "dropout"})
             if (m.contains(k)) {
-                std::string v = m[k].get<std::string>();
-                if (std::string(k) == "dropout") v = num(std::stod(v));  // "0.10000000000000001" -> "0.1"
+                // run.json of older versions holds the model's values as text ("0.10000000000000001")
+                std::string v = m[k].is_string() ? m[k].get<std::string>() : m[k].dump();
+                if (std::string(k) == "dropout") v = num(std::stod(v));
                 model += std::string(model.empty() ? "" : ", ") + k + " " + v;
             }
         row("model", model);
