@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -78,6 +79,12 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
                                  "' failed: " + reason(err));
     }
     ::close(dfd);
+}
+
+std::string fmt(const char* printf_format, double value) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, printf_format, value);
+    return buf;
 }
 
 std::string read_file(const std::string& path) {

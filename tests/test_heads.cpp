@@ -14,36 +14,12 @@
 #include "tapeformer/gradcheck.h"
 #include "tapeformer/heads.h"
 #include "tapeformer/safetensors.h"
+#include "head_fixtures.h"
 #include "helpers.h"
 
 using namespace tf_test;
 
 namespace {
-
-tf::ModelConfig tiny() {
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = 20;
-    c.d_model = 16;
-    c.heads = 4;
-    c.ffn = 24;
-    c.enc_layers = 2;
-    c.dec_layers = 1;
-    c.max_len = 24;
-    c.dropout = c.attention_dropout = c.activation_dropout = 0;
-    return c;
-}
-
-std::vector<tf::Example> examples(int n, std::uint64_t seed) {
-    tf::Rng rng(seed);
-    std::vector<tf::Example> out(static_cast<std::size_t>(n));
-    for (auto& e : out) {
-        e.src.resize(2 + rng.below(8));
-        e.tgt.resize(2 + rng.below(8));
-        for (auto& x : e.src) x = 4 + std::int32_t(rng.below(16));
-        for (auto& x : e.tgt) x = 4 + std::int32_t(rng.below(16));
-    }
-    return out;
-}
 
 const tf::HeadStats& find(const tf::HeadReport& r, const std::string& name) {
     for (const auto& h : r.heads)
@@ -66,7 +42,7 @@ std::string train_tiny_model(const TempDir& tmp, int steps) {
 }  // namespace
 
 TEST_CASE("heads: specs are parsed, and every malformed or missing head is named", "[heads]") {
-    const tf::ModelConfig c = tiny();
+    const tf::ModelConfig c = tiny_head_model();
     const auto heads = tf::parse_head_list("E:0:1,A:0:3,D:0:0,E:0:1", c);
     REQUIRE(heads.size() == 3);  // duplicates once
     CHECK(heads[1].str() == "A:0:3");
@@ -92,8 +68,8 @@ TEST_CASE("heads: specs are parsed, and every malformed or missing head is named
 
 TEST_CASE("heads: importance is normalised per layer, batch importance is <W_o^h, dL/dW_o^h>, b_k gets none",
           "[heads]") {
-    tf::Transformer model(tiny(), 3);
-    const auto data = examples(12, 5);
+    tf::Transformer model(tiny_head_model(), 3);
+    const auto data = random_examples(12, 5);
     tf::HeadStudyOptions opt;
     opt.batch_tokens = 100000;  // one batch: the batch granularity is then one gate gradient per head
     opt.granularity = tf::Granularity::batch;
@@ -125,8 +101,8 @@ TEST_CASE("heads: importance is normalised per layer, batch importance is <W_o^h
 }
 
 TEST_CASE("heads: token importance is at least sentence importance, which is at least batch importance", "[heads]") {
-    tf::Transformer model(tiny(), 4);
-    const auto data = examples(10, 6);
+    tf::Transformer model(tiny_head_model(), 4);
+    const auto data = random_examples(10, 6);
     tf::HeadStudyOptions opt;
     opt.batch_tokens = 100000;
     opt.normalise = false;
@@ -146,7 +122,7 @@ TEST_CASE("heads: token importance is at least sentence importance, which is at 
 }
 
 TEST_CASE("heads: with zero query/key weights every head attends uniformly, and the statistics say so", "[heads]") {
-    tf::Transformer model(tiny(), 7);
+    tf::Transformer model(tiny_head_model(), 7);
     for (auto& [name, m] : model.attentions())
         for (std::int64_t i = 0; i < 2 * m->C * m->C; ++i) m->in_proj_weight.data()[i] = 0;  // W_q, W_k
     for (auto& [name, m] : model.attentions())
@@ -178,7 +154,7 @@ TEST_CASE("heads: with zero query/key weights every head attends uniformly, and 
 
 TEST_CASE("heads: masking every head of a layer leaves its attention output equal to the out-projection bias",
           "[heads]") {
-    tf::Transformer model(tiny(), 8);
+    tf::Transformer model(tiny_head_model(), 8);
     tf::mask_heads(model, tf::parse_head_list("E:1:0,E:1:1,E:1:2,E:1:3", model.config));
     tf::MultiHeadAttention& m = tf::attention_of(model, tf::HeadKind::E, 1);
     for (std::int64_t i = 0; i < m.out_proj.bias.numel(); ++i) m.out_proj.bias.data()[i] = tf::real(0.1 * i);
@@ -413,8 +389,8 @@ TEST_CASE("heads: translate --mask-heads gives the translations of the masked mo
 }
 
 TEST_CASE("heads: the value norm is ||sum_j a_ij v_j W_o^h||: zero without W_o^h, doubled with 2 W_o^h", "[heads]") {
-    tf::Transformer model(tiny(), 12);
-    const auto data = examples(6, 13);
+    tf::Transformer model(tiny_head_model(), 12);
+    const auto data = random_examples(6, 13);
     tf::MultiHeadAttention& m = tf::attention_of(model, tf::HeadKind::A, 0);
     const std::int64_t C = m.C, D = m.D;
     for (std::int64_t r = 0; r < C; ++r)

@@ -10,36 +10,12 @@
 
 #include "tapeformer/gradcheck.h"
 #include "tapeformer/heads_similarity.h"
+#include "head_fixtures.h"
 #include "helpers.h"
 
 using namespace tf_test;
 
 namespace {
-
-tf::ModelConfig tiny() {
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = 20;
-    c.d_model = 16;
-    c.heads = 4;
-    c.ffn = 24;
-    c.enc_layers = 2;
-    c.dec_layers = 1;
-    c.max_len = 24;
-    c.dropout = c.attention_dropout = c.activation_dropout = 0;
-    return c;
-}
-
-std::vector<tf::Example> examples(int n, std::uint64_t seed) {
-    tf::Rng rng(seed);
-    std::vector<tf::Example> out(static_cast<std::size_t>(n));
-    for (auto& e : out) {
-        e.src.resize(2 + rng.below(8));
-        e.tgt.resize(2 + rng.below(8));
-        for (auto& x : e.src) x = 4 + std::int32_t(rng.below(16));
-        for (auto& x : e.tgt) x = 4 + std::int32_t(rng.below(16));
-    }
-    return out;
-}
 
 tf::SimilarityReport measure(std::vector<tf::Transformer*> models, const std::vector<tf::Example>& data) {
     std::vector<std::string> names;
@@ -136,8 +112,8 @@ TEST_CASE("heads similarity: subspace overlap by hand, 1 with itself in any basi
 
 TEST_CASE("heads similarity: every head against itself: JS 0, gradient r 1, overlaps 1, cosines 1, JS symmetric",
           "[heads][similarity]") {
-    tf::Transformer model(tiny(), 21);
-    const tf::SimilarityReport r = measure({&model}, examples(8, 2));
+    tf::Transformer model(tiny_head_model(), 21);
+    const tf::SimilarityReport r = measure({&model}, random_examples(8, 2));
     REQUIRE(r.models.size() == 1);
     CHECK(r.across.empty());
     CHECK(r.chance_overlap() == 0.25);
@@ -165,10 +141,10 @@ TEST_CASE("heads similarity: every head against itself: JS 0, gradient r 1, over
 
 TEST_CASE("heads similarity: a head copied into another is found, a copy writing the opposite has r = -1, cos OV = -1",
           "[heads][similarity]") {
-    tf::Transformer model(tiny(), 22);
+    tf::Transformer model(tiny_head_model(), 22);
     copy_head(model, tf::HeadKind::E, 1, 0, 2, 1);    // E:1:2 = E:1:0
     copy_head(model, tf::HeadKind::A, 0, 3, 1, -1);   // A:0:1 = A:0:3 with W_o negated
-    const tf::SimilarityReport r = measure({&model}, examples(8, 3));
+    const tf::SimilarityReport r = measure({&model}, random_examples(8, 3));
     const tf::LayerSimilarity& e = layer(r.models[0], tf::HeadKind::E, 1);
     const std::size_t same = 0 * 4 + 2;
     CHECK(e.js[same] < 1e-9);
@@ -194,17 +170,17 @@ TEST_CASE("heads similarity: a head copied into another is found, a copy writing
         m.in_proj_weight.data()[d * 16 + d] = tf::real(0.5 + d);
         m.in_proj_weight.data()[(4 + d) * 16 + 4 + d] = tf::real(-1);
     }
-    const tf::SimilarityReport orthogonal = measure({&model}, examples(4, 4));
+    const tf::SimilarityReport orthogonal = measure({&model}, random_examples(4, 4));
     const tf::LayerSimilarity& o = layer(orthogonal.models[0], tf::HeadKind::D, 0);
     CHECK(o.overlap_q[0 * 4 + 1] == 0);
     CHECK(o.cos_qk[0 * 4 + 1] == 0);
 }
 
 TEST_CASE("heads similarity: with uniform attention (W_q = W_k = 0) every pair of heads has JS 0", "[heads][similarity]") {
-    tf::Transformer model(tiny(), 23);
+    tf::Transformer model(tiny_head_model(), 23);
     for (auto& [name, m] : model.attentions())
         for (std::int64_t i = 0; i < 2 * m->C * m->C; ++i) m->in_proj_weight.data()[i] = 0;
-    const tf::SimilarityReport r = measure({&model}, examples(6, 5));
+    const tf::SimilarityReport r = measure({&model}, random_examples(6, 5));
     for (const tf::LayerSimilarity& s : r.models[0].layers) {
         for (double js : s.js) CHECK(js < 1e-12);
         CHECK(std::isnan(s.overlap_q[1]));  // W_q^h = 0 spans nothing
@@ -214,8 +190,8 @@ TEST_CASE("heads similarity: with uniform attention (W_q = W_k = 0) every pair o
 
 TEST_CASE("heads similarity: across models, a model against its copy gives the same head as itself, shapes must agree",
           "[heads][similarity]") {
-    tf::Transformer a(tiny(), 24), b(tiny(), 24), c(tiny(), 25);
-    const tf::SimilarityReport r = measure({&a, &b, &c}, examples(6, 6));
+    tf::Transformer a(tiny_head_model(), 24), b(tiny_head_model(), 24), c(tiny_head_model(), 25);
+    const tf::SimilarityReport r = measure({&a, &b, &c}, random_examples(6, 6));
     REQUIRE(r.across.size() == 2);
     CHECK(r.across_data);
     CHECK(r.across[0].name == "m0 vs m1");
@@ -230,10 +206,10 @@ TEST_CASE("heads similarity: across models, a model against its copy gives the s
         CHECK(tf::mean_diagonal(other.overlap_q, 4) < 0.9);  // another initialisation
         CHECK(tf::mean_diagonal(other.js, 4) > 1e-6);
     }
-    tf::ModelConfig wide = tiny();
+    tf::ModelConfig wide = tiny_head_model();
     wide.heads = 2;
     tf::Transformer w(wide, 1);
-    CHECK_THROWS_WITH(measure({&a, &w}, examples(2, 7)), Catch::Contains("m1") && Catch::Contains("2 heads"));
+    CHECK_THROWS_WITH(measure({&a, &w}, random_examples(2, 7)), Catch::Contains("m1") && Catch::Contains("2 heads"));
 }
 
 TEST_CASE("heads similarity: the command prints the tables and writes every matrix, bad input is one line",

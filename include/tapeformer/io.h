@@ -20,6 +20,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // The whole content of `path`. Throws std::runtime_error naming the path and the reason.
 std::string read_file(const std::string& path);
 
+// One number as printf formats it ("%.4f"), for log lines and tables.
+std::string fmt(const char* printf_format, double value);
+
 // CRC-32C (Castagnoli polynomial 0x1EDC6F41, reflected; the checksum of iSCSI, ext4 and SSE4.2's crc32
 // instruction). crc32c("123456789") == 0xE3069283. To checksum data in pieces, pass the previous result
 // as `crc`: crc32c(b, nb, crc32c(a, na)) == crc32c of a followed by b.

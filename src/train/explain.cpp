@@ -17,17 +17,12 @@
 #include "tapeformer/autograd.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/decode.h"
+#include "tapeformer/io.h"
 #include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
 
 std::string value_str(real v) {
     if (std::isinf(v)) return v < 0 ? "-inf" : "inf";

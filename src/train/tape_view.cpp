@@ -11,16 +11,11 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/data/vocab.h"
+#include "tapeformer/io.h"
 
 TF_NAMESPACE_BEGIN
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
 
 double norm_of(const real* p, std::int64_t n) {
     double s = 0;

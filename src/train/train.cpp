@@ -38,15 +38,6 @@ TF_NAMESPACE_BEGIN
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
-
-}  // namespace
 
 // ---- configuration ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,40 @@
+// What the head-study tests share: a tiny model configuration with 2+1 layers and 4 heads, and random
+// sentence pairs of its vocabulary.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tapeformer/heads.h"
+#include "tapeformer/nn/transformer.h"
+#include "tapeformer/random.h"
+
+namespace tf_test {
+
+// V 20, C 16, H 4 (D 4), F 24, 2 encoder and 1 decoder layers, no dropout.
+inline tf::ModelConfig tiny_head_model() {
+    tf::ModelConfig c;
+    c.src_vocab = c.tgt_vocab = 20;
+    c.d_model = 16;
+    c.heads = 4;
+    c.ffn = 24;
+    c.enc_layers = 2;
+    c.dec_layers = 1;
+    c.max_len = 24;
+    c.dropout = c.attention_dropout = c.activation_dropout = 0;
+    return c;
+}
+
+// n pairs of 2-9 words each, ids 4..19 (above the special ids), from `seed`.
+inline std::vector<tf::Example> random_examples(int n, std::uint64_t seed) {
+    tf::Rng rng(seed);
+    std::vector<tf::Example> out(static_cast<std::size_t>(n));
+    for (auto& e : out) {
+        e.src.resize(2 + rng.below(8));
+        e.tgt.resize(2 + rng.below(8));
+        for (auto& x : e.src) x = 4 + std::int32_t(rng.below(16));
+        for (auto& x : e.tgt) x = 4 + std::int32_t(rng.below(16));
+    }
+    return out;
+}
+
+}  // namespace tf_test
