@@ -9,6 +9,7 @@ pkgs=(
   libcli11-dev             # command-line parsing
   libsentencepiece-dev     # subword tokenization
   nlohmann-json3-dev       # JSON (safetensors headers, metrics, reports)
+  clang-14 libfuzzer-14-dev libomp-14-dev  # the fuzz pass of scripts/test.sh (scripts/fuzz.sh)
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1372,3 +1372,63 @@ TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume)
     train_quietly(resume);
     CHECK(read_all(tmp / "split" + "/heads.jsonl") == read_all(tmp / "straight" + "/heads.jsonl"));
 }
+
+// ---- integrity of what is loaded (issue 8, section 3) ------------------------------------------------------
+
+TEST_CASE("train: validation pairs dropped by --max-len are counted and warned about; none left is an error",
+          "[train]") {
+    TempDir tmp;
+    Corpus corpus(60, 10);
+    auto src = toy_lines("valid.src", 10), tgt = toy_lines("valid.tgt", 10);
+    std::string long_line;
+    for (int i = 0; i < 25; ++i) long_line += "the cat ";  // 50 tokens > --max-len 40
+    src[2] = long_line;
+    tgt[7] = long_line;
+    write_all(corpus.valid_src, join_lines(src));
+    write_all(corpus.valid_tgt, join_lines(tgt));
+
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.max_steps = 2;
+    c.valid_every = 2;
+    const std::string log = train_quietly(c);
+    CHECK_THAT(log, Catch::Contains("validation data: kept 8 of 10 pairs (skipped 0 empty pairs, filtered 2 over-long pairs)"));
+    CHECK_THAT(log, Catch::Contains("warning: 2 validation pairs have more than --max-len 40 tokens"));
+    CHECK_THAT(log, Catch::Contains("valid @ step 2"));
+
+    // Every validation pair too long: validation could never run, so the run is refused before it writes.
+    for (auto& line : src) line = long_line;
+    write_all(corpus.valid_src, join_lines(src));
+    c.out_dir = tmp / "all-long";
+    CHECK_THAT(train_error(c), Catch::Contains("no validation pairs left from '" + corpus.valid_src + "'") &&
+                                   Catch::Contains("filtered 10 over-long pairs"));
+    CHECK_FALSE(fs::exists(tmp / "all-long/run.json"));
+}
+
+TEST_CASE("train: model and checkpoints carry the tokenizer's hash and a checksum over their metadata", "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.max_steps = 2;
+    c.checkpoint_every = 2;
+    train_quietly(c);
+    for (const std::string file : {"model.safetensors", "checkpoints/step-00000002.safetensors"}) {
+        const tf::SafetensorsFile f = tf::load_safetensors(tmp / ("run/" + file));
+        CHECK(f.metadata.at("tapeformer.tokenizer") == tf::tokenizer_hash(tf::TokenizerPair::load(tmp / "run")));
+        CHECK(f.metadata.count(tf::kSafetensorsChecksumKey) == 1);
+    }
+    // A setting in the metadata edited in place (same length, so only the checksum can tell): refused.
+    const std::string path = tmp / "run/model.safetensors";
+    std::string bytes = read_all(path);
+    const std::size_t at = bytes.find("\"heads\":\"2\"");
+    REQUIRE(at != std::string::npos);
+    bytes[at + 9] = '4';
+    write_all(path, bytes);
+    try {
+        tf::load_model_dir(tmp / "run");
+        FAIL("an edited header loaded");
+    } catch (const std::runtime_error& e) {
+        CHECK_THAT(e.what(), Catch::StartsWith(path + ": checksum mismatch"));
+    }
+}

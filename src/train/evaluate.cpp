@@ -58,6 +58,10 @@ LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& e
         nll_sum += r.nll * double(r.tokens);
         tokens += r.tokens;
     }
+    // No token at all would read as loss 0 and perplexity 1, a perfect model: refuse instead.
+    if (tokens == 0)
+        throw std::invalid_argument("teacher_forced_loss: no target token to score (" + std::to_string(examples.size()) +
+                                    " examples)");
     LossReport total;
     total.tokens = tokens;
     total.loss = tokens ? loss_sum / double(tokens) : 0.0;
@@ -87,7 +91,14 @@ EvalReport evaluate(Transformer& model, const TokenizerPair& tokenizers, const s
     ParallelText text;
     text.source = src;
     text.target = ref;
-    const EncodedCorpus encoded = encode_parallel(text, tokenizers, static_cast<std::int32_t>(model.config.max_len - 1));
+    const std::int64_t positions = model.config.max_len - 1;  // tokens of a side, without BOS/EOS
+    const EncodedCorpus encoded = encode_parallel(text, tokenizers, static_cast<std::int32_t>(positions));
+    report.loss_pairs = static_cast<std::int64_t>(encoded.examples.size());
+    report.too_long_for_loss = encoded.stats.too_long;
+    if (encoded.examples.empty())
+        throw std::runtime_error("evaluate: none of the " + std::to_string(src.size()) + " pairs can be scored for loss: " +
+                                 "each has more than " + std::to_string(positions) +
+                                 " tokens on one side, more than the model's positional table holds");
     report.loss = teacher_forced_loss(model, encoded.examples, batch_tokens, label_smoothing);
     return report;
 }

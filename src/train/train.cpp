@@ -589,14 +589,22 @@ void Trainer::prepare_data() {
     batcher_ = std::make_unique<Batcher>(std::move(train.examples), bo);
 
     if (!c_.data.valid_src.empty()) {
-        valid_examples_ = encode_parallel(valid_text, tokenizers_, c_.data.max_len).examples;
+        EncodedCorpus valid = encode_parallel(valid_text, tokenizers_, c_.data.max_len);
+        // Validation on none of the pairs would never choose a best model: refuse, as for training data.
+        if (valid.examples.empty())
+            throw std::runtime_error("no validation pairs left from '" + c_.data.valid_src + "' after filtering (" +
+                                     valid.stats.summary() + "); raise --max-len or check the files");
+        if (valid.stats.too_long > 0)
+            log_ << "warning: " << valid.stats.too_long << " validation pairs have more than --max-len " << c_.data.max_len
+                 << " tokens on a side and are not validated on\n";
+        valid_examples_ = std::move(valid.examples);
         valid_src_lines_ = valid_text.source;
         valid_ref_lines_ = valid_text.target;
         if (c_.valid_bleu_sentences > 0 && static_cast<std::int64_t>(valid_src_lines_.size()) > c_.valid_bleu_sentences) {
             valid_src_lines_.resize(c_.valid_bleu_sentences);
             valid_ref_lines_.resize(c_.valid_bleu_sentences);
         }
-        log_ << "validation data: " << valid_text.stats.summary() << "\n";
+        log_ << "validation data: " << valid.stats.summary() << "\n";
     }
 }
 
@@ -811,7 +819,7 @@ void Trainer::validate() {
     if (improved) {
         state_.best_score = score;
         state_.best_step = state_.step;
-        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_));
     }
     j["best"] = improved;
     write_metrics(j);
@@ -832,11 +840,12 @@ void Trainer::checkpoint() {
     if (!unsaved_changes()) return;
     checkpointed_ = state_;
     const std::string name = checkpoint_name(state_.step);
-    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_);
+    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_,
+                             tokenizer_hash(tokenizers_));
     // Until a validation has chosen the best weights (and always without validation data), the weights to
     // use are the last ones: a run killed before its first validation still leaves a usable model.
     if (valid_examples_.empty() || state_.best_step < 0)
-        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_));
     manifest_.last = name;
     manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), name), manifest_.kept.end());
     manifest_.kept.push_back(name);
