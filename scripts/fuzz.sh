@@ -11,8 +11,10 @@ shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(safetensors run_state text vocab sentencepiece toml bleu)
 
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
-      -DTAPEFORMER_FUZZ=ON -DTAPEFORMER_BUILD_TESTS=OFF >/dev/null
+launcher=(); command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# -O1: compiles fast and still runs the targets at thousands of inputs per second under ASan.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+      -DCMAKE_CXX_COMPILER=clang++-14 -DTAPEFORMER_FUZZ=ON -DTAPEFORMER_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"

@@ -417,3 +417,17 @@ TEST_CASE("eval says how many pairs its loss covers, and refuses when none fits 
                                             " --ref " + shell_quote(f.tmp / "b.ref")),
                          "none of the 2 pairs can be scored for loss");
 }
+
+TEST_CASE("translate --beam K counts the K hypotheses against --batch-tokens", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model);
+    check_one_line_error(run_cli(f.tmp, "translate" + model + " --beam 5 --batch-tokens 4", kInput),
+                         "--beam 5 decodes 5 hypotheses per sentence, each counted against --batch-tokens 4");
+    // A budget of one sentence per batch translates exactly as one large batch.
+    const Run small = run_cli(f.tmp, "translate" + model + " --beam 4 --batch-tokens 4", kInput);
+    const Run large = run_cli(f.tmp, "translate" + model + " --beam 4 --batch-tokens 4096", kInput);
+    INFO("stderr: " << small.err);
+    CHECK(small.status == 0);
+    CHECK(large.status == 0);
+    CHECK(small.out == large.out);
+}

@@ -1432,3 +1432,62 @@ TEST_CASE("train: model and checkpoints carry the tokenizer's hash and a checksu
         CHECK_THAT(e.what(), Catch::StartsWith(path + ": checksum mismatch"));
     }
 }
+
+// ---- signals in every phase (issue 8, section 4) -------------------------------------------------------------
+
+TEST_CASE("train: Ctrl-C while the tokenizer trains ends the run before it writes; a second one aborts at once",
+          "[train]") {
+    // A corpus whose SentencePiece training takes seconds: random words, so every line adds new pieces.
+    TempDir tmp;
+    std::string text;
+    std::uint32_t x = 12345;
+    for (int line = 0; line < 1500; ++line) {
+        for (int w = 0; w < 10; ++w) {
+            const int len = 3 + static_cast<int>((x = x * 1664525u + 1013904223u) >> 29);
+            for (int i = 0; i < len; ++i) text += static_cast<char>('a' + ((x = x * 1664525u + 1013904223u) >> 27) % 26);
+            text += w < 9 ? ' ' : '\n';
+        }
+    }
+    const std::string src = tmp / "train.src", tgt = tmp / "train.tgt", out = tmp / "run", err = tmp / "child.stderr";
+    write_all(src, text);
+    write_all(tgt, text);
+    const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train", "--train-src", src, "--train-tgt", tgt,
+                                           "--tokenizer", "unigram", "--vocab-size", "1000", "--d-model", "16",
+                                           "--heads", "2", "--ffn", "32", "--layers", "1", "--max-steps", "2",
+                                           "--out", out};
+    Child child(args, err);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (read_all(err).find("training a unigram tokenizer") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE_THAT(read_all(err), Catch::Contains("training a unigram tokenizer"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE(::kill(child.pid, SIGINT) == 0);
+
+    SECTION("one Ctrl-C: acknowledged, the tokenizer finishes, the run ends with 130 and writes nothing") {
+        const int status = child.wait_exit(std::chrono::seconds(300));
+        const std::string log = read_all(err);
+        INFO("stderr: " << log);
+        CHECK(status == 130);
+        CHECK_THAT(log, Catch::Contains("interrupted; stopping at the next safe point"));
+        CHECK_THAT(log, Catch::Contains("interrupted before training started; nothing was written"));
+        CHECK_FALSE(fs::exists(out + "/run.json"));
+        CHECK_FALSE(fs::exists(out + "/spm.model"));
+    }
+    SECTION("a second Ctrl-C ends the process at once, killed by the signal") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        const auto sent = std::chrono::steady_clock::now();
+        REQUIRE(::kill(child.pid, SIGINT) == 0);
+        int status = 0;
+        pid_t done = 0;
+        while ((done = ::waitpid(child.pid, &status, WNOHANG)) == 0 &&
+               std::chrono::steady_clock::now() - sent < std::chrono::seconds(10))
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        REQUIRE(done == child.pid);
+        child.pid = -1;
+        CHECK(std::chrono::steady_clock::now() - sent < std::chrono::seconds(2));
+        CHECK(WIFSIGNALED(status));
+        CHECK(WTERMSIG(status) == SIGINT);
+        CHECK_FALSE(fs::exists(out + "/run.json"));
+    }
+}

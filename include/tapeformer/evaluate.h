@@ -18,7 +18,8 @@ using ProgressFn = std::function<void(std::int64_t done, std::int64_t total)>;
 
 // Translates every line (detokenized output, one per input line, in input order; an empty line gives an
 // empty translation). Sources longer than the model's positional table are cut to fit and counted in
-// *truncated. Batches hold about batch_tokens source tokens, sorted by length.
+// *truncated. Batches hold about batch_tokens / options.beam source tokens, sorted by length: each of a
+// sentence's beam hypotheses counts against the budget (std::invalid_argument when batch_tokens < beam).
 std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair& tokenizers,
                                          const std::vector<std::string>& lines, const DecodeOptions& options,
                                          std::int64_t batch_tokens = 4096, const ProgressFn& progress = nullptr,

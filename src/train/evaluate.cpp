@@ -1,6 +1,7 @@
 // Translating text with a trained model, and scoring it.
 #include "tapeformer/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -26,9 +27,17 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
         }
     }
     if (truncated) *truncated = cut;
+    // Beam search decodes K rows per sentence, each with its own key/value cache: the K hypotheses count
+    // against the batch budget, so a batch holds about batch_tokens / K source tokens.
+    const std::int64_t beams = std::max(1, options.beam);
+    if (batch_tokens < beams)
+        throw std::invalid_argument("translate: --beam " + std::to_string(beams) + " decodes " + std::to_string(beams) +
+                                    " hypotheses per sentence, each counted against --batch-tokens " +
+                                    std::to_string(batch_tokens) + ": raise --batch-tokens to at least " +
+                                    std::to_string(beams) + " (better " + std::to_string(beams * 64) + ") or lower --beam");
     std::vector<std::string> out(lines.size());
     std::int64_t done = 0;
-    for (const Batch& batch : inference_batches(sources, batch_tokens)) {
+    for (const Batch& batch : inference_batches(sources, batch_tokens / beams)) {
         const auto outputs = translate_batch(model, batch.src, batch.B, batch.S, options);
         for (std::int64_t b = 0; b < batch.B; ++b) {
             const std::int64_t i = batch.index[b];

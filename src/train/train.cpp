@@ -188,8 +188,20 @@ TrainConfig load_run_config(const std::string& dir) {
 
 namespace {
 
+// The first SIGINT/SIGTERM is acknowledged at once and ends the run at the next safe point (after the
+// current step, or after the data preparation, tokenizer training or validation under way), with a
+// checkpoint once training has started. A second one ends the process at once, as the signal would.
 std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) { g_signal.store(sig); }
+extern "C" void on_signal(int sig) {
+    if (g_signal.exchange(sig) != 0) {  // only async-signal-safe calls here
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return;
+    }
+    static const char note[] = "\ntapeformer: interrupted; stopping at the next safe point (again to abort at once)\n";
+    const ssize_t ignored = ::write(STDERR_FILENO, note, sizeof note - 1);
+    (void)ignored;
+}
 
 struct SignalScope {
     using Handler = void (*)(int);
@@ -867,13 +879,20 @@ void Trainer::checkpoint() {
 }
 
 TrainResult Trainer::run() {
+    SignalScope signals;  // from the start: reading data and training a tokenizer can take minutes
     set_threads(c_.threads);
     prepare_directory();
     prepare_data();
     build_model();
+    if (g_signal.load()) {  // nothing written yet: end here, leaving the directory as it was
+        log_ << "interrupted before training started; nothing was written to " << dir_ << "\n";
+        result_.interrupted = true;
+        result_.stop_reason = "interrupted";
+        result_.steps = state_.step;
+        return result_;
+    }
     start_writing();
     const std::int64_t first_step = state_.step;
-    SignalScope signals;
 
     auto stop_reason = [&]() -> std::string {
         if (g_signal.load()) return "interrupted";
