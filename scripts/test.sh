@@ -21,5 +21,5 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir build-sanitize -j "$jobs" --output-on-failure
 
-echo "== libFuzzer: each loader of untrusted input fuzzed for 15 s from tests/fuzz/corpus (scripts/fuzz.sh)"
-bash scripts/fuzz.sh 15
+echo "== libFuzzer: each loader of untrusted input fuzzed for 10 s from tests/fuzz/corpus (scripts/fuzz.sh)"
+bash scripts/fuzz.sh 10

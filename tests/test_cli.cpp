@@ -431,3 +431,14 @@ TEST_CASE("translate --beam K counts the K hypotheses against --batch-tokens", "
     CHECK(large.status == 0);
     CHECK(small.out == large.out);
 }
+
+TEST_CASE("an error quoting a line break from the file is still one line on stderr", "[cli]") {
+    CliFixture f;
+    // A tensor whose name and dtype hold line breaks (JSON "\n"): the message quotes them, escaped.
+    const std::string header = "{\"a\\nb\":{\"dtype\":\"X\\nY\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    write_all(f.weights, bytes + header + std::string(4, '\0'));
+    check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
+                         "tensor 'a\\nb' has unknown dtype 'X\\nY'");
+}

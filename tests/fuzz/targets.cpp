@@ -15,6 +15,7 @@
 
 #include "tapeformer/checkpoint.h"
 #include "tapeformer/data/text.h"
+#include "tapeformer/error.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/data/vocab.h"
 #include "tapeformer/metrics/bleu.h"
@@ -168,8 +169,12 @@ const std::vector<NamedTarget>& all_targets() {
 }
 
 std::string run_checked(Target target, const std::uint8_t* data, std::size_t size) {
+    // Messages quote what the input holds, line breaks included; the CLI prints them through tf::one_line.
+    // What must hold is that the printed line is one line and still says something.
     auto one_line = [](const char* what) -> std::string {
-        if (std::strchr(what, '\n')) return std::string("error message spans several lines: ") + what;
+        const std::string printed = tf::one_line(what);
+        if (printed.find('\n') != std::string::npos || printed.size() < 10)
+            return std::string("error message is not one readable line: ") + printed;
         return "";
     };
     try {
