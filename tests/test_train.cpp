@@ -1491,3 +1491,23 @@ TEST_CASE("train: Ctrl-C while the tokenizer trains ends the run before it write
         CHECK_FALSE(fs::exists(out + "/run.json"));
     }
 }
+
+TEST_CASE("train: --resume with tokenizer files other than the run's own is refused, naming the checkpoint",
+          "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.max_steps = 2;
+    c.checkpoint_every = 2;
+    train_quietly(c);
+    auto lines = split_lines(read_all(tmp / "run/vocab.txt"));
+    REQUIRE(lines.size() > 6);
+    std::swap(lines[4], lines[5]);  // same size: only the stored hash can tell
+    write_all(tmp / "run/vocab.txt", join_lines(lines));
+    tf::TrainConfig resumed = c;
+    resumed.resume = true;
+    resumed.max_steps = 4;
+    CHECK_THAT(train_error(resumed),
+               Catch::Contains(tmp / "run/checkpoints/step-00000002.safetensors") &&
+                   Catch::Contains("tokenizer files (vocab.txt / spm.model) are not the ones this checkpoint was trained with"));
+}

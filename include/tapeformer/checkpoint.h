@@ -58,7 +58,9 @@ void save_training_checkpoint(const std::string& path, const Transformer& model,
                               const TrainState& state, const std::string& tokenizer_hash = "");
 // Loads weights and optimizer state in place and returns the TrainState. Checks format, checksum, names
 // and shapes; every problem is one std::runtime_error line naming the file.
-TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer);
+// With `tokenizer_hash` (of the run's tokenizer files), a checkpoint trained with another tokenizer is refused.
+TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
+                                    const std::string& tokenizer_hash = "");
 
 // The names training gives its checkpoints: "checkpoints/step-00000042.safetensors" (relative to DIR).
 std::string checkpoint_name(std::int64_t step);

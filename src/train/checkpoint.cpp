@@ -176,10 +176,16 @@ void save_training_checkpoint(const std::string& path, const Transformer& model,
     save_safetensors(path, tensors, meta, /*with_checksum=*/true);
 }
 
-TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer) {
+TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
+                                    const std::string& tokenizer_hash) {
     const SafetensorsFile file = load_safetensors(path);
     check_format(file, "training checkpoint");
     check_same_config(file, model);
+    auto stored_hash = file.metadata.find(kTokenizerKey);
+    if (!tokenizer_hash.empty() && stored_hash != file.metadata.end() && stored_hash->second != tokenizer_hash)
+        throw std::runtime_error(path + ": the run's tokenizer files (vocab.txt / spm.model) are not the ones this "
+                                 "checkpoint was trained with (" + kTokenizerKey + " " + stored_hash->second +
+                                 ", the files give " + tokenizer_hash + "); restore them");
     auto it = file.metadata.find(kStateKey);
     if (it == file.metadata.end()) throw std::runtime_error(path + ": no training state in the checkpoint");
     TrainState state;

@@ -644,7 +644,7 @@ void Trainer::build_model() {
         const std::string path = (fs::path(dir_) / resume_from_).string();
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
         try {
-            state_ = load_training_checkpoint(path, *model_, *optimizer_);
+            state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_));
         } catch (const std::runtime_error& e) {
             if (manifest_.kept.size() < 2) throw;
             const std::string& older = manifest_.kept[manifest_.kept.size() - 2];
