@@ -6,6 +6,7 @@
 
 #include "tapeformer/blas.h"
 #include "tapeformer/cli/commands.h"
+#include "tapeformer/error.h"
 
 int main(int argc, char** argv) {
     tf::configure_runtime(argv);  // may restart the program once with OMP_WAIT_POLICY / OPENBLAS_CORETYPE set
@@ -38,10 +39,10 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForAllHelp& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "tapeformer: " << e.what() << " (see tapeformer --help)\n";
+        std::cerr << "tapeformer: " << tf::one_line(e.what()) << " (see tapeformer --help)\n";
         return e.get_exit_code() ? e.get_exit_code() : 2;
     } catch (const std::exception& e) {
-        std::cerr << "tapeformer: error: " << e.what() << "\n";
+        std::cerr << "tapeformer: error: " << tf::one_line(e.what()) << "\n";
         return 1;
     }
     return tf::command_exit_code();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite twice: a Release build, then a build
-# under AddressSanitizer + UndefinedBehaviorSanitizer. README's test command; .ci/run calls exactly this.
+# under AddressSanitizer + UndefinedBehaviorSanitizer; then a short bounded run of every fuzz target.
+# README's test command; .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -19,3 +20,6 @@ export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir build-sanitize -j "$jobs" --output-on-failure
+
+echo "== libFuzzer: each loader of untrusted input fuzzed for 10 s from tests/fuzz/corpus (scripts/fuzz.sh)"
+bash scripts/fuzz.sh 10

@@ -65,6 +65,16 @@ std::string checksum_str(std::uint32_t crc) {
     return std::string("crc32c:") + hex;
 }
 
+// Where the 8 hex digits of the checksum stand in the header text, as serialize_safetensors writes it
+// ("tapeformer.checksum":"crc32c:XXXXXXXX"); npos unless that token occurs exactly once. Inside a JSON
+// string every '"' is escaped, so the token cannot hide in a name or a value.
+std::size_t checksum_digits_at(std::string_view header_text) {
+    const std::string token = std::string("\"") + kSafetensorsChecksumKey + "\":\"crc32c:";
+    const std::size_t at = header_text.find(token);
+    if (at == std::string_view::npos || header_text.find(token, at + 1) != std::string_view::npos) return std::string::npos;
+    return at + token.size();
+}
+
 // IEEE half precision: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits.
 float half_to_float(std::uint16_t h) {
     const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
@@ -262,7 +272,7 @@ std::string serialize_safetensors(const std::vector<NamedTensor>& tensors,
     // the order of their data, each as {"dtype", "shape", "data_offsets"}.
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     std::map<std::string, std::string> meta = metadata;
-    if (with_checksum) meta[kSafetensorsChecksumKey] = checksum_str(crc32c(data));
+    if (with_checksum) meta[kSafetensorsChecksumKey] = checksum_str(0);  // a placeholder, filled in below
     if (!meta.empty()) header["__metadata__"] = meta;
     for (std::size_t i = 0; i < sorted.size(); ++i) {
         const Shape& s = sorted[i]->tensor.shape();
@@ -285,6 +295,14 @@ std::string serialize_safetensors(const std::vector<NamedTensor>& tensors,
     for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((std::uint64_t(text.size()) >> (8 * i)) & 0xFF));
     bytes += text;
     bytes += data;
+    // The checksum covers the whole file, header and metadata included, with its own 8 hex digits read as
+    // '0': computed over the bytes with the placeholder, then written into it.
+    if (with_checksum) {
+        const std::size_t at = checksum_digits_at(std::string_view(bytes).substr(8, text.size()));
+        if (at == std::string::npos) throw std::logic_error("save_safetensors: checksum placeholder not found in the header");
+        const std::string digits = checksum_str(crc32c(bytes)).substr(7);
+        bytes.replace(8 + at, 8, digits);
+    }
     return bytes;
 }
 
@@ -344,14 +362,26 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& nam
     if (pos != buffer.size())
         fail<std::runtime_error>(name, std::to_string(buffer.size() - pos) + " bytes of trailing data after the last tensor");
 
-    // 4. The checksum, when the file carries one.
+    // 4. The checksum, when the file carries one: CRC-32C of the whole file with its own digits read as '0'.
     auto checksum = file.metadata.find(kSafetensorsChecksumKey);
     if (checksum != file.metadata.end()) {
         const std::string& stored = checksum->second;
         if (stored.size() != 15 || stored.compare(0, 7, "crc32c:") != 0 ||
             stored.find_first_not_of("0123456789abcdef", 7) != std::string::npos)
             fail<std::runtime_error>(name, std::string(kSafetensorsChecksumKey) + " is '" + stored + "', not crc32c:<8 hex digits>");
-        if (checksum_str(crc32c(buffer)) != stored) fail<std::runtime_error>(name, "checksum mismatch (file corrupted?)");
+        const std::size_t at = checksum_digits_at(text);
+        if (at == std::string::npos)
+            fail<std::runtime_error>(name, std::string(kSafetensorsChecksumKey) + " is not stored as tapeformer writes it "
+                                           "(the header was rewritten by another program?)");
+        std::string head(bytes.substr(0, 8 + n));
+        head.replace(8 + at, 8, "00000000");
+        if (checksum_str(crc32c(buffer, crc32c(head))) != stored) {
+            // Before the checksum covered the header, it covered the data alone: name that case.
+            if (checksum_str(crc32c(buffer)) == stored)
+                fail<std::runtime_error>(name, "its checksum covers only the tensor data, as older tapeformer versions "
+                                               "wrote it, so its metadata cannot be verified; train the model again");
+            fail<std::runtime_error>(name, "checksum mismatch: the file was corrupted or edited (header or data)");
+        }
     }
 
     // 5. The values, converted to real.

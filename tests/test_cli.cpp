@@ -84,7 +84,7 @@ tf::ModelConfig write_model_dir(const std::string& dir) {
     c.max_len = 16;  // sources longer than 15 tokens are cut
     tf::Transformer model(c, /*seed=*/3);
     fs::create_directories(dir);
-    tf::save_model_weights((fs::path(dir) / "model.safetensors").string(), model);
+    tf::save_model_weights((fs::path(dir) / "model.safetensors").string(), model, tf::tokenizer_hash(tokenizers));
     tokenizers.save(dir);
     return c;
 }
@@ -373,4 +373,85 @@ TEST_CASE("translate and eval use the newest checkpoint, with a note, when model
     INFO(e.err);
     CHECK(e.status == 0);
     CHECK_THAT(e.err, Catch::Contains("checkpoints/step-00000002.safetensors"));
+}
+
+// ---- integrity of what is loaded (issue 8, section 3) ------------------------------------------------------
+
+TEST_CASE("a model is refused with a tokenizer other than its own, even one of the same size", "[cli]") {
+    CliFixture f;
+    // vocab.txt with two words swapped: same size, so only the stored hash can tell.
+    auto lines = split_lines(read_all(f.model + "/vocab.txt"));
+    REQUIRE(lines.size() > 6);
+    std::swap(lines[4], lines[5]);
+    write_all(f.model + "/vocab.txt", join_lines(lines));
+    check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
+                         "the tokenizer files (vocab.txt / spm.model) are not the ones");
+}
+
+TEST_CASE("a tapeformer model file without its checksum, or with a data-only one, is refused", "[cli]") {
+    CliFixture f;
+    tf::SafetensorsFile file = tf::load_safetensors(f.weights);
+    std::vector<tf::NamedTensor> tensors;
+    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+    file.metadata.erase(tf::kSafetensorsChecksumKey);
+
+    SECTION("no checksum") {
+        tf::save_safetensors(f.weights, tensors, file.metadata, /*with_checksum=*/false);
+        check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
+                             f.weights + ": no checksum");
+    }
+    SECTION("a checksum of the data alone, as older versions wrote") {
+        std::string bytes = tf::serialize_safetensors(tensors, file.metadata, /*with_checksum=*/true);
+        std::uint64_t n = 0;
+        for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+        char hex[9];
+        std::snprintf(hex, sizeof hex, "%08x", tf::crc32c(std::string_view(bytes).substr(8 + n)));
+        const std::size_t at = bytes.find("crc32c:") + 7;
+        bytes.replace(at, 8, hex);
+        write_all(f.weights, bytes);
+        check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
+                             "checksum covers only the tensor data");
+    }
+}
+
+TEST_CASE("eval says how many pairs its loss covers, and refuses when none fits the model", "[cli]") {
+    CliFixture f;  // max_len 16: a side of more than 15 tokens cannot be scored
+    const std::string long_line = "the dog sees a cat the dog sees a cat the dog sees a cat the dog";  // 16 tokens
+    write_all(f.tmp / "a.src", "a big house\nthe dog\n");
+    write_all(f.tmp / "a.ref", "la grando domo\n" + long_line + "\n");
+    const Run some = run_cli(f.tmp, "eval --model " + shell_quote(f.model) + " --src " + shell_quote(f.tmp / "a.src") +
+                                        " --ref " + shell_quote(f.tmp / "a.ref"));
+    INFO("stderr: " << some.err);
+    CHECK(some.status == 0);
+    CHECK_THAT(some.err, Catch::Contains("the loss is of 1 of 2 pairs; 1 have a side longer than the model's 15 tokens"));
+
+    write_all(f.tmp / "b.ref", long_line + "\n" + long_line + "\n");
+    check_one_line_error(run_cli(f.tmp, "eval --model " + shell_quote(f.model) + " --src " + shell_quote(f.tmp / "a.src") +
+                                            " --ref " + shell_quote(f.tmp / "b.ref")),
+                         "none of the 2 pairs can be scored for loss");
+}
+
+TEST_CASE("translate --beam K counts the K hypotheses against --batch-tokens", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model);
+    check_one_line_error(run_cli(f.tmp, "translate" + model + " --beam 5 --batch-tokens 4", kInput),
+                         "--beam 5 decodes 5 hypotheses per sentence, each counted against --batch-tokens 4");
+    // A budget of one sentence per batch translates exactly as one large batch.
+    const Run small = run_cli(f.tmp, "translate" + model + " --beam 4 --batch-tokens 4", kInput);
+    const Run large = run_cli(f.tmp, "translate" + model + " --beam 4 --batch-tokens 4096", kInput);
+    INFO("stderr: " << small.err);
+    CHECK(small.status == 0);
+    CHECK(large.status == 0);
+    CHECK(small.out == large.out);
+}
+
+TEST_CASE("an error quoting a line break from the file is still one line on stderr", "[cli]") {
+    CliFixture f;
+    // A tensor whose name and dtype hold line breaks (JSON "\n"): the message quotes them, escaped.
+    const std::string header = "{\"a\\nb\":{\"dtype\":\"X\\nY\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    write_all(f.weights, bytes + header + std::string(4, '\0'));
+    check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
+                         "tensor 'a\\nb' has unknown dtype 'X\\nY'");
 }

@@ -350,7 +350,17 @@ TEST_CASE("safetensors checksum is stored when asked and catches a flipped data 
     std::string bytes = tf::read_file(path);
     bytes[bytes.size() - 5] ^= 0x01;  // one bit of one value
     tf::write_file_atomic(path, bytes);
-    CHECK_THROWS_WITH(tf::load_safetensors(path), path + ": checksum mismatch (file corrupted?)");
+    CHECK_THROWS_WITH(tf::load_safetensors(path), path + ": checksum mismatch: the file was corrupted or edited (header or data)");
+
+    // The checksum covers the header too: a metadata value or a shape edited in place is caught.
+    const std::string good = tf::serialize_safetensors(tensors, {{"format", "pt"}}, /*with_checksum=*/true);
+    std::string edited = good;
+    edited.replace(edited.find("\"pt\""), 4, "\"px\"");
+    CHECK_THAT(parse_error(edited), Catch::Contains("checksum mismatch"));
+    edited = good;
+    edited.replace(edited.find("[4,4]"), 5, "[2,8]");
+    CHECK_THAT(parse_error(edited), Catch::Contains("checksum mismatch"));
+    CHECK_NOTHROW(tf::parse_safetensors(good, "good"));
 
     // Without a checksum the same flip goes unnoticed: a value has silently changed.
     std::string plain = tf::serialize_safetensors(tensors);

@@ -1380,3 +1380,142 @@ TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume)
     train_quietly(resume);
     CHECK(read_all(tmp / "split" + "/heads.jsonl") == read_all(tmp / "straight" + "/heads.jsonl"));
 }
+
+// ---- integrity of what is loaded (issue 8, section 3) ------------------------------------------------------
+
+TEST_CASE("train: validation pairs dropped by --max-len are counted and warned about; none left is an error",
+          "[train]") {
+    TempDir tmp;
+    Corpus corpus(60, 10);
+    auto src = toy_lines("valid.src", 10), tgt = toy_lines("valid.tgt", 10);
+    std::string long_line;
+    for (int i = 0; i < 25; ++i) long_line += "the cat ";  // 50 tokens > --max-len 40
+    src[2] = long_line;
+    tgt[7] = long_line;
+    write_all(corpus.valid_src, join_lines(src));
+    write_all(corpus.valid_tgt, join_lines(tgt));
+
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.max_steps = 2;
+    c.valid_every = 2;
+    const std::string log = train_quietly(c);
+    CHECK_THAT(log, Catch::Contains("validation data: kept 8 of 10 pairs (skipped 0 empty pairs, filtered 2 over-long pairs)"));
+    CHECK_THAT(log, Catch::Contains("warning: 2 validation pairs have more than --max-len 40 tokens"));
+    CHECK_THAT(log, Catch::Contains("valid @ step 2"));
+
+    // Every validation pair too long: validation could never run, so the run is refused before it writes.
+    for (auto& line : src) line = long_line;
+    write_all(corpus.valid_src, join_lines(src));
+    c.out_dir = tmp / "all-long";
+    CHECK_THAT(train_error(c), Catch::Contains("no validation pairs left from '" + corpus.valid_src + "'") &&
+                                   Catch::Contains("filtered 10 over-long pairs"));
+    CHECK_FALSE(fs::exists(tmp / "all-long/run.json"));
+}
+
+TEST_CASE("train: model and checkpoints carry the tokenizer's hash and a checksum over their metadata", "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.max_steps = 2;
+    c.checkpoint_every = 2;
+    train_quietly(c);
+    for (const std::string file : {"model.safetensors", "checkpoints/step-00000002.safetensors"}) {
+        const tf::SafetensorsFile f = tf::load_safetensors(tmp / ("run/" + file));
+        CHECK(f.metadata.at("tapeformer.tokenizer") == tf::tokenizer_hash(tf::TokenizerPair::load(tmp / "run")));
+        CHECK(f.metadata.count(tf::kSafetensorsChecksumKey) == 1);
+    }
+    // A setting in the metadata edited in place (same length, so only the checksum can tell): refused.
+    const std::string path = tmp / "run/model.safetensors";
+    std::string bytes = read_all(path);
+    const std::size_t at = bytes.find("\"heads\":\"2\"");
+    REQUIRE(at != std::string::npos);
+    bytes[at + 9] = '4';
+    write_all(path, bytes);
+    try {
+        tf::load_model_dir(tmp / "run");
+        FAIL("an edited header loaded");
+    } catch (const std::runtime_error& e) {
+        CHECK_THAT(e.what(), Catch::StartsWith(path + ": checksum mismatch"));
+    }
+}
+
+// ---- signals in every phase (issue 8, section 4) -------------------------------------------------------------
+
+TEST_CASE("train: Ctrl-C while the tokenizer trains ends the run before it writes; a second one aborts at once",
+          "[train]") {
+    // A corpus whose SentencePiece training takes seconds: random words, so every line adds new pieces.
+    TempDir tmp;
+    std::string text;
+    std::uint32_t x = 12345;
+    for (int line = 0; line < 1500; ++line) {
+        for (int w = 0; w < 10; ++w) {
+            const int len = 3 + static_cast<int>((x = x * 1664525u + 1013904223u) >> 29);
+            for (int i = 0; i < len; ++i) text += static_cast<char>('a' + ((x = x * 1664525u + 1013904223u) >> 27) % 26);
+            text += w < 9 ? ' ' : '\n';
+        }
+    }
+    const std::string src = tmp / "train.src", tgt = tmp / "train.tgt", out = tmp / "run", err = tmp / "child.stderr";
+    write_all(src, text);
+    write_all(tgt, text);
+    const std::vector<std::string> args = {TF_CLI, "--threads", "1", "train", "--train-src", src, "--train-tgt", tgt,
+                                           "--tokenizer", "unigram", "--vocab-size", "1000", "--d-model", "16",
+                                           "--heads", "2", "--ffn", "32", "--layers", "1", "--max-steps", "2",
+                                           "--out", out};
+    Child child(args, err);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (read_all(err).find("training a unigram tokenizer") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE_THAT(read_all(err), Catch::Contains("training a unigram tokenizer"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE(::kill(child.pid, SIGINT) == 0);
+
+    SECTION("one Ctrl-C: acknowledged, the tokenizer finishes, the run ends with 130 and writes nothing") {
+        const int status = child.wait_exit(std::chrono::seconds(300));
+        const std::string log = read_all(err);
+        INFO("stderr: " << log);
+        CHECK(status == 130);
+        CHECK_THAT(log, Catch::Contains("interrupted; stopping at the next safe point"));
+        CHECK_THAT(log, Catch::Contains("interrupted before training started; nothing was written"));
+        CHECK_FALSE(fs::exists(out + "/run.json"));
+        CHECK_FALSE(fs::exists(out + "/spm.model"));
+    }
+    SECTION("a second Ctrl-C ends the process at once, killed by the signal") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        const auto sent = std::chrono::steady_clock::now();
+        REQUIRE(::kill(child.pid, SIGINT) == 0);
+        int status = 0;
+        pid_t done = 0;
+        while ((done = ::waitpid(child.pid, &status, WNOHANG)) == 0 &&
+               std::chrono::steady_clock::now() - sent < std::chrono::seconds(10))
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        REQUIRE(done == child.pid);
+        child.pid = -1;
+        CHECK(std::chrono::steady_clock::now() - sent < std::chrono::seconds(2));
+        CHECK(WIFSIGNALED(status));
+        CHECK(WTERMSIG(status) == SIGINT);
+        CHECK_FALSE(fs::exists(out + "/run.json"));
+    }
+}
+
+TEST_CASE("train: --resume with tokenizer files other than the run's own is refused, naming the checkpoint",
+          "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.max_steps = 2;
+    c.checkpoint_every = 2;
+    train_quietly(c);
+    auto lines = split_lines(read_all(tmp / "run/vocab.txt"));
+    REQUIRE(lines.size() > 6);
+    std::swap(lines[4], lines[5]);  // same size: only the stored hash can tell
+    write_all(tmp / "run/vocab.txt", join_lines(lines));
+    tf::TrainConfig resumed = c;
+    resumed.resume = true;
+    resumed.max_steps = 4;
+    CHECK_THAT(train_error(resumed),
+               Catch::Contains(tmp / "run/checkpoints/step-00000002.safetensors") &&
+                   Catch::Contains("tokenizer files (vocab.txt / spm.model) are not the ones this checkpoint was trained with"));
+}

@@ -46,14 +46,21 @@ struct TrainState {
 std::string to_json(const TrainState& s);
 TrainState train_state_from_json(const std::string& json);  // throws std::runtime_error when malformed
 
-// DIR/model.safetensors: weights only.
-void save_model_weights(const std::string& path, const Transformer& model);
+// "crc32c:<8 hex digits>" of the tokenizer files save() writes (vocab.txt or spm.model, src./tgt. when
+// separate). Stored in the metadata of every model and checkpoint as "tapeformer.tokenizer", and checked
+// by load_model_dir: a model loaded with a tokenizer other than its own is refused.
+std::string tokenizer_hash(const TokenizerPair& tokenizers);
+
+// DIR/model.safetensors: weights only (and tokenizer_hash, when given).
+void save_model_weights(const std::string& path, const Transformer& model, const std::string& tokenizer_hash = "");
 // A training checkpoint: weights, the optimizer's state (names prefixed "optim."), the TrainState.
 void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
-                              const TrainState& state);
+                              const TrainState& state, const std::string& tokenizer_hash = "");
 // Loads weights and optimizer state in place and returns the TrainState. Checks format, checksum, names
 // and shapes; every problem is one std::runtime_error line naming the file.
-TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer);
+// With `tokenizer_hash` (of the run's tokenizer files), a checkpoint trained with another tokenizer is refused.
+TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
+                                    const std::string& tokenizer_hash = "");
 
 // The names training gives its checkpoints: "checkpoints/step-00000042.safetensors" (relative to DIR).
 std::string checkpoint_name(std::int64_t step);

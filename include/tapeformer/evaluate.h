@@ -18,13 +18,15 @@ using ProgressFn = std::function<void(std::int64_t done, std::int64_t total)>;
 
 // Translates every line (detokenized output, one per input line, in input order; an empty line gives an
 // empty translation). Sources longer than the model's positional table are cut to fit and counted in
-// *truncated. Batches hold about batch_tokens source tokens, sorted by length.
+// *truncated. Batches hold about batch_tokens / options.beam source tokens, sorted by length: each of a
+// sentence's beam hypotheses counts against the budget (std::invalid_argument when batch_tokens < beam).
 std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair& tokenizers,
                                          const std::vector<std::string>& lines, const DecodeOptions& options,
                                          std::int64_t batch_tokens = 4096, const ProgressFn& progress = nullptr,
                                          std::int64_t* truncated = nullptr);
 
-// Mean label-smoothed loss, NLL and perplexity over all non-pad target tokens (dropout off).
+// Mean label-smoothed loss, NLL and perplexity over all non-pad target tokens (dropout off). Throws
+// std::invalid_argument when there is no target token (the mean of nothing is not a loss).
 LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& examples, std::int64_t batch_tokens,
                                double label_smoothing);
 
@@ -33,11 +35,15 @@ struct EvalReport {
     ChrfScore chrf;
     LossReport loss;                      // of the references, teacher-forced
     std::vector<std::string> hypotheses;  // the translations, in input order
-    std::int64_t truncated = 0;
+    std::int64_t truncated = 0;           // sources cut to the model's positions for translation
+    std::int64_t loss_pairs = 0;          // pairs in `loss`
+    std::int64_t too_long_for_loss = 0;   // pairs left out of `loss`: a side longer than the model's positions
 };
 
 // Translates src_lines, scores them against ref_lines (same count, else std::invalid_argument naming both
-// counts) and measures the references' loss. Pairs whose source or reference is empty are skipped.
+// counts) and measures the references' loss. Pairs whose source or reference is empty are skipped; pairs
+// with a side longer than the model's positions are translated (cut) but left out of the loss and counted
+// in too_long_for_loss. Throws std::runtime_error when no pair is left for the loss.
 EvalReport evaluate(Transformer& model, const TokenizerPair& tokenizers, const std::vector<std::string>& src_lines,
                     const std::vector<std::string>& ref_lines, const DecodeOptions& options, double label_smoothing,
                     std::int64_t batch_tokens = 4096, const ProgressFn& progress = nullptr);

@@ -22,15 +22,18 @@ TF_NAMESPACE_BEGIN
 // The dtype this build writes: "F32" when real is float, "F64" when real is double.
 constexpr const char* kSafetensorsRealDtype = sizeof(real) == 4 ? "F32" : "F64";
 
-// The metadata key under which save_safetensors stores a checksum of the data buffer when asked, as
-// "crc32c:" followed by eight lowercase hex digits (CRC-32C, see io.h). load_safetensors verifies it.
+// The metadata key under which save_safetensors stores a checksum of the whole file when asked, as
+// "crc32c:" followed by eight lowercase hex digits: the CRC-32C (io.h) of every byte of the file (size
+// field, header with all metadata, data) with those eight digits read as '0'. load_safetensors verifies
+// it; an edit anywhere, metadata included, is refused. (Older tapeformer versions covered the data only:
+// such files are refused with a message saying so.) Files tapeformer writes must carry it (checkpoint.h).
 constexpr const char* kSafetensorsChecksumKey = "tapeformer.checksum";
 
 // Writes `tensors` to `path` atomically (see write_file_atomic), as kSafetensorsRealDtype.
 // Tensors are stored sorted by name, both in the header and in the data buffer (the order the reference
 // implementation uses for single-dtype files), so the bytes do not depend on the order of `tensors`.
 // A tensor listed under several names (tied weights) is written once per name. With `with_checksum`
-// the CRC-32C of the data buffer is added to the metadata under kSafetensorsChecksumKey.
+// the file's CRC-32C is added to the metadata under kSafetensorsChecksumKey.
 // Throws std::invalid_argument for an undefined tensor, a repeated name or the reserved name
 // "__metadata__"; std::runtime_error when the file cannot be written.
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,

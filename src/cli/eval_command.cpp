@@ -105,8 +105,13 @@ void add_eval_command(CLI::App& app) {
         ModelBundle bundle = load_model_dir(opt->model_dir);
         if (!opt->mask_heads.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask_heads, bundle.model->config));
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
-        const EvalReport report = evaluate(*bundle.model, bundle.tokenizers, src, ref, opt->decode,
-                                           opt->label_smoothing, opt->batch_tokens, terminal_progress("translating"));
+        EvalReport report;
+        try {
+            report = evaluate(*bundle.model, bundle.tokenizers, src, ref, opt->decode, opt->label_smoothing,
+                              opt->batch_tokens, terminal_progress("translating"));
+        } catch (const std::runtime_error& e) {  // nothing to score: name the files
+            throw std::runtime_error("--src '" + opt->src + "' / --ref '" + opt->ref + "': " + e.what());
+        }
 
         const std::size_t skipped = src.size() - scorable;
         if (skipped > 0)
@@ -115,6 +120,10 @@ void add_eval_command(CLI::App& app) {
         if (report.truncated > 0)
             std::cerr << "tapeformer: note: " << report.truncated << " sources were longer than the model's "
                       << bundle.model->config.max_len - 1 << " tokens; only their beginning was translated\n";
+        if (report.too_long_for_loss > 0)
+            std::cerr << "tapeformer: note: the loss is of " << report.loss_pairs << " of " << scorable << " pairs; "
+                      << report.too_long_for_loss << " have a side longer than the model's "
+                      << bundle.model->config.max_len - 1 << " tokens and are left out of it\n";
         if (!opt->output_hyp.empty()) {
             std::string text;
             for (const std::string& line : aligned_hypotheses(bundle, src, ref, report, *opt)) text += line + '\n';

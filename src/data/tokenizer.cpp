@@ -153,7 +153,15 @@ void WordTokenizer::save(const std::string& dir, const std::string& prefix) cons
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& serialized_model, const std::string& name)
     : serialized_(serialized_model), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-    auto status = sp_->LoadFromSerializedProto(serialized_);
+    sentencepiece::util::Status status;
+    try {
+        status = sp_->LoadFromSerializedProto(serialized_);
+    } catch (const std::exception& e) {
+        // SentencePiece reports most problems in its status, but its double-array trie (darts-clone) throws
+        // on some malformed models, e.g. a piece "\0" read as an empty key (found by fuzzing, regression
+        // tests/fuzz/regressions/sentencepiece/darts_exception_empty_piece.model).
+        throw std::runtime_error("cannot load SentencePiece model '" + name + "': " + e.what());
+    }
     if (!status.ok())
         throw std::runtime_error("cannot load SentencePiece model '" + name + "': " + status.ToString());
     if (sp_->pad_id() != kPadId || sp_->bos_id() != kBosId || sp_->eos_id() != kEosId || sp_->unk_id() != kUnkId)

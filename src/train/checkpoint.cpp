@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "tapeformer/io.h"
 #include "tapeformer/safetensors.h"
 
 TF_NAMESPACE_BEGIN
@@ -19,11 +20,28 @@ const char* kFormatKey = "tapeformer.format";
 const char* kKindKey = "tapeformer.kind";
 const char* kStateKey = "tapeformer.train_state";
 const char* kOptimPrefix = "optim.";
+const char* kTokenizerKey = "tapeformer.tokenizer";
 
-std::map<std::string, std::string> model_metadata(const Transformer& model, const char* kind) {
+std::string crc_text(std::uint32_t crc) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", crc);
+    return std::string("crc32c:") + hex;
+}
+
+// The bytes Tokenizer::save writes for `t`: vocab.txt's lines, or spm.model as is.
+std::string tokenizer_file_bytes(const Tokenizer& t) {
+    if (const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&t)) return sp->serialized_model();
+    std::string text;
+    for (std::int32_t id = 0; id < t.vocab_size(); ++id) text += t.id_to_piece(id) + '\n';
+    return text;
+}
+
+std::map<std::string, std::string> model_metadata(const Transformer& model, const char* kind,
+                                                  const std::string& tokenizer_hash) {
     std::map<std::string, std::string> meta = model.config.to_metadata();
     meta[kFormatKey] = std::to_string(kCheckpointFormat);
     meta[kKindKey] = kind;
+    if (!tokenizer_hash.empty()) meta[kTokenizerKey] = tokenizer_hash;
     return meta;
 }
 
@@ -36,6 +54,11 @@ void check_format(const SafetensorsFile& file, const char* kind) {
     if (it->second != std::to_string(kCheckpointFormat))
         throw std::runtime_error(file.path + ": written by another version of tapeformer (format " + it->second +
                                  ", this build reads format " + std::to_string(kCheckpointFormat) + ")");
+    // Every file tapeformer writes carries a checksum of all its bytes, metadata included (safetensors.h):
+    // one without it was edited or written by something else, and its settings cannot be trusted.
+    if (!file.metadata.count(kSafetensorsChecksumKey))
+        throw std::runtime_error(file.path + ": no checksum ('" + kSafetensorsChecksumKey + "') in its metadata, which " +
+                                 "every file tapeformer writes carries; the file was edited or written by another program");
     auto k = file.metadata.find(kKindKey);
     if (k == file.metadata.end() || k->second != kind)
         throw std::runtime_error(file.path + ": expected a tapeformer " + kind + ", found '" +
@@ -133,23 +156,36 @@ TrainState train_state_from_json(const std::string& text) {
     }
 }
 
-void save_model_weights(const std::string& path, const Transformer& model) {
-    save_safetensors(path, model.parameters(), model_metadata(model, "model"), /*with_checksum=*/true);
+std::string tokenizer_hash(const TokenizerPair& tokenizers) {
+    std::uint32_t crc = crc32c(tokenizers.joint() ? "joint\n" : "separate\n");
+    crc = crc32c(tokenizer_file_bytes(*tokenizers.source), crc);
+    if (!tokenizers.joint()) crc = crc32c(tokenizer_file_bytes(*tokenizers.target), crc);
+    return crc_text(crc);
+}
+
+void save_model_weights(const std::string& path, const Transformer& model, const std::string& tokenizer_hash) {
+    save_safetensors(path, model.parameters(), model_metadata(model, "model", tokenizer_hash), /*with_checksum=*/true);
 }
 
 void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
-                              const TrainState& state) {
+                              const TrainState& state, const std::string& tokenizer_hash) {
     std::vector<NamedTensor> tensors = model.parameters();
     for (NamedTensor& t : optimizer.state()) tensors.push_back({kOptimPrefix + t.name, t.tensor});
-    auto meta = model_metadata(model, "training checkpoint");
+    auto meta = model_metadata(model, "training checkpoint", tokenizer_hash);
     meta[kStateKey] = to_json(state);
     save_safetensors(path, tensors, meta, /*with_checksum=*/true);
 }
 
-TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer) {
+TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
+                                    const std::string& tokenizer_hash) {
     const SafetensorsFile file = load_safetensors(path);
     check_format(file, "training checkpoint");
     check_same_config(file, model);
+    auto stored_hash = file.metadata.find(kTokenizerKey);
+    if (!tokenizer_hash.empty() && stored_hash != file.metadata.end() && stored_hash->second != tokenizer_hash)
+        throw std::runtime_error(path + ": the run's tokenizer files (vocab.txt / spm.model) are not the ones this "
+                                 "checkpoint was trained with (" + kTokenizerKey + " " + stored_hash->second +
+                                 ", the files give " + tokenizer_hash + "); restore them");
     auto it = file.metadata.find(kStateKey);
     if (it == file.metadata.end()) throw std::runtime_error(path + ": no training state in the checkpoint");
     TrainState state;
@@ -213,6 +249,13 @@ ModelBundle load_model_dir(const std::string& path) {
     bundle.model = std::make_unique<Transformer>(config);
     load_into(bundle.model->parameters(), file, /*strict=*/true);
     bundle.tokenizers = TokenizerPair::load(dir);
+    // The tokenizer the model was trained with, byte for byte: another one of the same size would load
+    // and silently translate garbage.
+    auto stored_hash = file.metadata.find(kTokenizerKey);
+    if (stored_hash != file.metadata.end() && stored_hash->second != tokenizer_hash(bundle.tokenizers))
+        throw std::runtime_error("'" + dir + "': the tokenizer files (vocab.txt / spm.model) are not the ones " + weights_path +
+                                 " was trained with (" + kTokenizerKey + " " + stored_hash->second + ", the files give " +
+                                 tokenizer_hash(bundle.tokenizers) + "); restore them from the training run");
     if (bundle.tokenizers.source->vocab_size() != config.src_vocab ||
         bundle.tokenizers.target->vocab_size() != config.tgt_vocab)
         throw std::runtime_error("'" + dir + "': the tokenizer's vocabulary (" + std::to_string(bundle.tokenizers.source->vocab_size()) +

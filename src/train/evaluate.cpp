@@ -1,6 +1,7 @@
 // Translating text with a trained model, and scoring it.
 #include "tapeformer/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -26,9 +27,17 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
         }
     }
     if (truncated) *truncated = cut;
+    // Beam search decodes K rows per sentence, each with its own key/value cache: the K hypotheses count
+    // against the batch budget, so a batch holds about batch_tokens / K source tokens.
+    const std::int64_t beams = std::max(1, options.beam);
+    if (batch_tokens < beams)
+        throw std::invalid_argument("translate: --beam " + std::to_string(beams) + " decodes " + std::to_string(beams) +
+                                    " hypotheses per sentence, each counted against --batch-tokens " +
+                                    std::to_string(batch_tokens) + ": raise --batch-tokens to at least " +
+                                    std::to_string(beams) + " (better " + std::to_string(beams * 64) + ") or lower --beam");
     std::vector<std::string> out(lines.size());
     std::int64_t done = 0;
-    for (const Batch& batch : inference_batches(sources, batch_tokens)) {
+    for (const Batch& batch : inference_batches(sources, batch_tokens / beams)) {
         const auto outputs = translate_batch(model, batch.src, batch.B, batch.S, options);
         for (std::int64_t b = 0; b < batch.B; ++b) {
             const std::int64_t i = batch.index[b];
@@ -58,6 +67,10 @@ LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& e
         nll_sum += r.nll * double(r.tokens);
         tokens += r.tokens;
     }
+    // No token at all would read as loss 0 and perplexity 1, a perfect model: refuse instead.
+    if (tokens == 0)
+        throw std::invalid_argument("teacher_forced_loss: no target token to score (" + std::to_string(examples.size()) +
+                                    " examples)");
     LossReport total;
     total.tokens = tokens;
     total.loss = tokens ? loss_sum / double(tokens) : 0.0;
@@ -87,7 +100,14 @@ EvalReport evaluate(Transformer& model, const TokenizerPair& tokenizers, const s
     ParallelText text;
     text.source = src;
     text.target = ref;
-    const EncodedCorpus encoded = encode_parallel(text, tokenizers, static_cast<std::int32_t>(model.config.max_len - 1));
+    const std::int64_t positions = model.config.max_len - 1;  // tokens of a side, without BOS/EOS
+    const EncodedCorpus encoded = encode_parallel(text, tokenizers, static_cast<std::int32_t>(positions));
+    report.loss_pairs = static_cast<std::int64_t>(encoded.examples.size());
+    report.too_long_for_loss = encoded.stats.too_long;
+    if (encoded.examples.empty())
+        throw std::runtime_error("evaluate: none of the " + std::to_string(src.size()) + " pairs can be scored for loss: " +
+                                 "each has more than " + std::to_string(positions) +
+                                 " tokens on one side, more than the model's positional table holds");
     report.loss = teacher_forced_loss(model, encoded.examples, batch_tokens, label_smoothing);
     return report;
 }

@@ -458,7 +458,9 @@ AblationReport ablate_heads(Transformer& model, const TokenizerPair& tokenizers,
                             const std::vector<std::string>& ref_lines, const DecodeOptions& decode,
                             std::int64_t batch_tokens, int samples, double alpha, std::uint64_t seed,
                             const std::function<void(int, int)>& progress) {
-    const auto [src, ref] = scorable_pairs(src_lines, ref_lines, "heads ablate");
+    // Not a structured binding: lambdas below capture src and ref, which clang accepts only from version 16.
+    std::vector<std::string> src, ref;
+    std::tie(src, ref) = scorable_pairs(src_lines, ref_lines, "heads ablate");
     std::vector<Tensor> saved;  // the model's gates, restored at the end
     for (auto& [name, m] : model.attentions()) saved.push_back(m->gate);
 
@@ -577,7 +579,8 @@ std::vector<PrunePoint> prune_heads(Transformer& model, const TokenizerPair& tok
                                     const std::function<void(const PrunePoint&)>& on_point) {
     if (!(opt.step > 0 && opt.step <= 1)) throw std::invalid_argument("heads prune: --step must be in (0, 100%]");
     if (!(opt.stop_below >= 0 && opt.stop_below <= 1)) throw std::invalid_argument("heads prune: --stop-below must be in [0, 1]");
-    const auto [src, ref] = scorable_pairs(eval_src, eval_ref, "heads prune (evaluation pairs)");
+    std::vector<std::string> src, ref;  // captured by the lambda below: no structured binding (clang < 16)
+    std::tie(src, ref) = scorable_pairs(eval_src, eval_ref, "heads prune (evaluation pairs)");
     ParallelText text;
     text.source = src;
     text.target = ref;

@@ -94,8 +94,20 @@ TrainConfig load_run_config(const std::string& dir) {
 
 namespace {
 
+// The first SIGINT/SIGTERM is acknowledged at once and ends the run at the next safe point (after the
+// current step, or after the data preparation, tokenizer training or validation under way), with a
+// checkpoint once training has started. A second one ends the process at once, as the signal would.
 std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) { g_signal.store(sig); }
+extern "C" void on_signal(int sig) {
+    if (g_signal.exchange(sig) != 0) {  // only async-signal-safe calls here
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return;
+    }
+    static const char note[] = "\ntapeformer: interrupted; stopping at the next safe point (again to abort at once)\n";
+    const ssize_t ignored = ::write(STDERR_FILENO, note, sizeof note - 1);
+    (void)ignored;
+}
 
 struct SignalScope {
     using Handler = void (*)(int);
@@ -548,14 +560,22 @@ void Trainer::prepare_data() {
     }
 
     if (!c_.data.valid_src.empty()) {
-        valid_examples_ = encode_parallel(valid_text, tokenizers_, c_.data.max_len).examples;
+        EncodedCorpus valid = encode_parallel(valid_text, tokenizers_, c_.data.max_len);
+        // Validation on none of the pairs would never choose a best model: refuse, as for training data.
+        if (valid.examples.empty())
+            throw std::runtime_error("no validation pairs left from '" + c_.data.valid_src + "' after filtering (" +
+                                     valid.stats.summary() + "); raise --max-len or check the files");
+        if (valid.stats.too_long > 0)
+            log_ << "warning: " << valid.stats.too_long << " validation pairs have more than --max-len " << c_.data.max_len
+                 << " tokens on a side and are not validated on\n";
+        valid_examples_ = std::move(valid.examples);
         valid_src_lines_ = valid_text.source;
         valid_ref_lines_ = valid_text.target;
         if (c_.valid_bleu_sentences > 0 && static_cast<std::int64_t>(valid_src_lines_.size()) > c_.valid_bleu_sentences) {
             valid_src_lines_.resize(c_.valid_bleu_sentences);
             valid_ref_lines_.resize(c_.valid_bleu_sentences);
         }
-        log_ << "validation data: " << valid_text.stats.summary() << "\n";
+        log_ << "validation data: " << valid.stats.summary() << "\n";
     }
 }
 
@@ -583,7 +603,7 @@ void Trainer::build_model() {
         const std::string path = (fs::path(dir_) / resume_from_).string();
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
         try {
-            state_ = load_training_checkpoint(path, *model_, *optimizer_);
+            state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_));
         } catch (const std::runtime_error& e) {
             if (manifest_.kept.size() < 2) throw;
             const std::string& older = manifest_.kept[manifest_.kept.size() - 2];
@@ -774,7 +794,7 @@ void Trainer::validate() {
     if (improved) {
         state_.best_score = score;
         state_.best_step = state_.step;
-        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_));
     }
     j["best"] = improved;
     write_metrics(j);
@@ -795,11 +815,12 @@ void Trainer::checkpoint() {
     if (!unsaved_changes()) return;
     checkpointed_ = state_;
     const std::string name = checkpoint_name(state_.step);
-    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_);
+    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_,
+                             tokenizer_hash(tokenizers_));
     // Until a validation has chosen the best weights (and always without validation data), the weights to
     // use are the last ones: a run killed before its first validation still leaves a usable model.
     if (valid_examples_.empty() || state_.best_step < 0)
-        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_);
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_));
     manifest_.last = name;
     manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), name), manifest_.kept.end());
     manifest_.kept.push_back(name);
@@ -821,13 +842,20 @@ void Trainer::checkpoint() {
 }
 
 TrainResult Trainer::run() {
+    SignalScope signals;  // from the start: reading data and training a tokenizer can take minutes
     set_threads(c_.threads);
     prepare_directory();
     prepare_data();
     build_model();
+    if (g_signal.load()) {  // nothing written yet: end here, leaving the directory as it was
+        log_ << "interrupted before training started; nothing was written to " << dir_ << "\n";
+        result_.interrupted = true;
+        result_.stop_reason = "interrupted";
+        result_.steps = state_.step;
+        return result_;
+    }
     start_writing();
     const std::int64_t first_step = state_.step;
-    SignalScope signals;
 
     auto stop_reason = [&]() -> std::string {
         if (g_signal.load()) return "interrupted";
