@@ -1383,7 +1383,7 @@ TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume)
 
 // ---- integrity of what is loaded (issue 8, section 3) ------------------------------------------------------
 
-TEST_CASE("train: validation pairs dropped by --max-len are counted and warned about; none left is an error",
+TEST_CASE("train: validation pairs dropped by --max-len are counted and warned about, none left is an error",
           "[train]") {
     TempDir tmp;
     Corpus corpus(60, 10);
@@ -1443,7 +1443,7 @@ TEST_CASE("train: model and checkpoints carry the tokenizer's hash and a checksu
 
 // ---- signals in every phase (issue 8, section 4) -------------------------------------------------------------
 
-TEST_CASE("train: Ctrl-C while the tokenizer trains ends the run before it writes; a second one aborts at once",
+TEST_CASE("train: Ctrl-C while the tokenizer trains ends the run before it writes, a second one aborts at once",
           "[train]") {
     // A corpus whose SentencePiece training takes seconds: random words, so every line adds new pieces.
     TempDir tmp;
