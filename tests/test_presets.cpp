@@ -34,13 +34,13 @@ TEST_CASE("presets: copy and reverse without their data name the command that wr
     }
 }
 
-TEST_CASE("presets: --preset copy copies every test sequence exactly (400 steps, seconds)", "[presets][learns]") {
+TEST_CASE("presets: --preset copy copies every test sequence exactly (600 steps, seconds)", "[presets][learns]") {
     TempDir tmp("presets");
     std::string err;
     REQUIRE(run_in(tmp, "data copy --out data/copy", &err) == 0);
     REQUIRE(run_in(tmp, "train --preset copy --out run", &err) == 0);
     INFO(err);
-    CHECK(err.find("valid @ step 400") != std::string::npos);
+    CHECK(err.find("valid @ step 600") != std::string::npos);
     REQUIRE(run_in(tmp, "translate --model run", &err, tmp / "data/copy/test.src") == 0);
     const auto hyps = split_lines(read_all(tmp / "cli.stdout")), refs = split_lines(read_all(tmp / "data/copy/test.tgt"));
     REQUIRE(hyps.size() == 1000);
