@@ -2,6 +2,8 @@
 // run.json. See train_settings.h.
 #include "tapeformer/train_settings.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -13,6 +15,7 @@
 #include <toml++/toml.h>
 
 #include "tapeformer/checkpoint.h"
+#include "tapeformer/io.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -144,9 +147,36 @@ struct SourcedValue {
 
 // The values a config file gives: top-level keys, or keys of a [train] table (TOML, read by toml++).
 std::vector<SourcedValue> read_config_file(const std::string& path) {
+    // TOML allows no control character but tab, CR and LF anywhere; refusing them here also keeps such
+    // bytes away from toml++ 3.3's parser, which asserts on some of them in table headers (found by the
+    // fuzz target `toml`; tests/fuzz/regressions/toml/).
+    const std::string text = read_file(path);
+    std::size_t line = 1;
+    for (unsigned char ch : text) {
+        if (ch == '\n') ++line;
+        if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f)
+            throw std::invalid_argument(path + ":" + std::to_string(line) + ": control character " + std::to_string(int(ch)) +
+                                        " is not allowed in TOML");
+    }
+    // The same parser also asserts when a table header does not start with a key ("[\n", "[=]"): a header
+    // must be [name] or [[name]] with the name's first character a key character or a quote.
+    line = 0;
+    for (std::size_t at = 0; at <= text.size();) {
+        const std::size_t end = std::min(text.find('\n', at), text.size());
+        ++line;
+        std::size_t i = text.find_first_not_of(" \t", at);
+        if (i < end && text[i] == '[') {
+            i = text.find_first_not_of(" \t", i + 1);
+            if (i < end && text[i] == '[') i = text.find_first_not_of(" \t", i + 1);
+            const char c = i < end ? text[i] : '\n';
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' || c == '\''))
+                throw std::invalid_argument(path + ":" + std::to_string(line) + ": a table header must name a table, such as [train]");
+        }
+        at = end + 1;
+    }
     toml::table file;
     try {
-        file = toml::parse_file(path);
+        file = toml::parse(text, path);
     } catch (const toml::parse_error& e) {
         throw std::invalid_argument(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
                                     std::string(e.description()));
