@@ -1,12 +1,17 @@
-// What the head-study tests share: a tiny model configuration with 2+1 layers and 4 heads, and random
-// sentence pairs of its vocabulary.
+// What the head-study tests share: a tiny model configuration with 2+1 layers and 4 heads, random
+// sentence pairs of its vocabulary, and a tiny model trained by the CLI.
 #pragma once
+#include <catch2/catch.hpp>
+
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "tapeformer/heads.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/random.h"
+#include "helpers.h"
 
 namespace tf_test {
 
@@ -35,6 +40,17 @@ inline std::vector<tf::Example> random_examples(int n, std::uint64_t seed) {
         for (auto& x : e.tgt) x = 4 + std::int32_t(rng.below(16));
     }
     return out;
+}
+
+// A 1+1-layer model (C 16, 2 heads) trained by the CLI for `steps` steps on data/toy/valid; returns its dir.
+inline std::string train_tiny_model(const TempDir& tmp, int steps) {
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/", model = tmp / "model";
+    const std::string train = shell_quote(TF_CLI) + " --threads 1 train --train-src " + shell_quote(toy + "valid.src") +
+                              " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                              " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --layers 1 --max-steps " +
+                              std::to_string(steps) + " --out " + shell_quote(model) + " >/dev/null 2>&1";
+    REQUIRE(std::system(train.c_str()) == 0);
+    return model;
 }
 
 }  // namespace tf_test

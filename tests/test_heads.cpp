@@ -28,16 +28,6 @@ const tf::HeadStats& find(const tf::HeadReport& r, const std::string& name) {
     return r.heads.front();
 }
 
-// A 1+1-layer model (C 16, 2 heads) trained by the CLI for `steps` steps on data/toy/valid; returns its dir.
-std::string train_tiny_model(const TempDir& tmp, int steps) {
-    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/", model = tmp / "model";
-    const std::string train = shell_quote(TF_CLI) + " --threads 1 train --train-src " + shell_quote(toy + "valid.src") +
-                              " --train-tgt " + shell_quote(toy + "valid.tgt") +
-                              " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --layers 1 --max-steps " +
-                              std::to_string(steps) + " --out " + shell_quote(model) + " >/dev/null 2>&1";
-    REQUIRE(std::system(train.c_str()) == 0);
-    return model;
-}
 
 }  // namespace
 
