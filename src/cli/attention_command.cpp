@@ -60,12 +60,20 @@ void add_attention_command(CLI::App& app) {
         const bool has_tgt = cmd->count("--tgt") > 0;
         const AttentionMaps maps = attention_maps(*bundle.model, bundle.tokenizers, opt->src, has_tgt ? &opt->tgt : nullptr, opt->decode);
         const MapFilter filter{opt->layers, opt->heads};
-        if (!opt->json.empty()) write_file_atomic(opt->json, attention_json(maps));
-        if (!opt->html.empty()) write_file_atomic(opt->html, attention_html(maps, filter, "Attention of " + opt->model_dir));
+        if (!opt->json.empty()) {
+            write_file_atomic(opt->json, attention_json(maps));
+            std::cerr << "wrote " << opt->json << "\n";
+        }
+        if (!opt->html.empty()) {
+            write_file_atomic(opt->html, attention_html(maps, filter, "Attention of " + opt->model_dir));
+            std::cerr << "wrote " << opt->html << "\n";
+        }
         if (!opt->svg_dir.empty()) {
             std::filesystem::create_directories(opt->svg_dir);
-            for (const auto& [name, svg] : attention_svg_files(maps, filter))
+            const auto files = attention_svg_files(maps, filter);
+            for (const auto& [name, svg] : files)
                 write_file_atomic((std::filesystem::path(opt->svg_dir) / name).string(), svg);
+            std::cerr << "wrote " << files.size() << " SVG heatmaps to " << opt->svg_dir << "\n";
         }
         if (opt->json.empty() && opt->html.empty() && opt->svg_dir.empty()) std::cout << attention_json(maps);
         else if (maps.decoded) {
