@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 TF_NAMESPACE_BEGIN
 
@@ -43,42 +44,63 @@ int write_all(int fd, std::string_view bytes) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    auto fail = [&](const std::string& what, int err) {
-        ::unlink(tmp.c_str());  // nothing to do if it was never created
-        throw std::runtime_error("cannot write '" + path + "': " + what + ": " + reason(err));
-    };
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd_ < 0) fail("cannot create temporary file '" + tmp_ + "'", errno);
+}
 
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) fail("cannot create temporary file '" + tmp + "'", errno);
-    if (int err = write_all(fd, bytes)) {
-        ::close(fd);
-        fail("write to '" + tmp + "' failed", err);
-    }
+AtomicFile::~AtomicFile() {
+    if (fd_ < 0) return;  // committed, or failed and cleaned up
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::fail(const std::string& what, int err) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    ::unlink(tmp_.c_str());  // nothing to do if it was never created
+    throw std::runtime_error("cannot write '" + path_ + "': " + what + ": " + reason(err));
+}
+
+void AtomicFile::write(std::string_view bytes) {
+    if (int err = write_all(fd_, bytes)) fail("write to '" + tmp_ + "' failed", err);
+}
+
+void AtomicFile::commit() {
     // fsync before rename: otherwise a crash can leave the new name pointing at an empty file.
-    if (::fsync(fd) != 0) {
-        int err = errno;
-        ::close(fd);
-        fail("fsync of '" + tmp + "' failed", err);
+    if (::fsync(fd_) != 0) fail("fsync of '" + tmp_ + "' failed", errno);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) {
+        const int err = errno;
+        ::unlink(tmp_.c_str());
+        throw std::runtime_error("cannot write '" + path_ + "': close of '" + tmp_ + "' failed: " + reason(err));
     }
-    if (::close(fd) != 0) fail("close of '" + tmp + "' failed", errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename from '" + tmp + "' failed", errno);
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp_.c_str());
+        throw std::runtime_error("cannot write '" + path_ + "': rename from '" + tmp_ + "' failed: " + reason(err));
+    }
 
     // The rename lives in the directory: fsync it so that the new name survives a crash. Some file
     // systems cannot fsync a directory (EINVAL); the file itself is already safe there.
-    const std::string dir = parent_dir(path);
+    const std::string dir = parent_dir(path_);
     int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
-        throw std::runtime_error("cannot write '" + path + "': cannot open directory '" + dir +
+        throw std::runtime_error("cannot write '" + path_ + "': cannot open directory '" + dir +
                                  "' to fsync it: " + reason(errno));
     if (::fsync(dfd) != 0 && errno != EINVAL) {
         int err = errno;
         ::close(dfd);
-        throw std::runtime_error("cannot write '" + path + "': fsync of directory '" + dir +
-                                 "' failed: " + reason(err));
+        throw std::runtime_error("cannot write '" + path_ + "': fsync of directory '" + dir + "' failed: " + reason(err));
     }
     ::close(dfd);
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    AtomicFile file(path);
+    file.write(bytes);
+    file.commit();
 }
 
 std::string fmt(const char* printf_format, double value) {

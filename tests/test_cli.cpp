@@ -4,10 +4,13 @@
 // that names the problem, and leave an existing output file as it was.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -454,4 +457,127 @@ TEST_CASE("an error quoting a line break from the file is still one line on stde
     write_all(f.weights, bytes + header + std::string(4, '\0'));
     check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
                          "tensor 'a\\nb' has unknown dtype 'X\\nY'");
+}
+
+namespace {
+
+// `tapeformer translate <args>` started with pipes to its stdin and from its stdout (stderr to `err`), for
+// the tests that talk to it while it runs.
+struct Child {
+    pid_t pid = -1;
+    int in = -1, out = -1;
+};
+
+Child start_cli(const std::string& args, const std::string& err) {
+    int to_child[2], from_child[2];
+    REQUIRE(::pipe(to_child) == 0);
+    REQUIRE(::pipe(from_child) == 0);
+    Child c;
+    c.pid = ::fork();
+    REQUIRE(c.pid >= 0);
+    if (c.pid == 0) {
+        ::dup2(to_child[0], STDIN_FILENO);
+        ::dup2(from_child[1], STDOUT_FILENO);
+        for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) ::close(fd);
+        const std::string command = "exec " + shell_quote(TF_CLI) + " --threads 1 " + args + " 2>" + shell_quote(err);
+        ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    c.in = to_child[1];
+    c.out = from_child[0];
+    return c;
+}
+
+// Reads from `fd` until `lines` newlines have come or `seconds` have passed; what came.
+std::string read_lines_from(int fd, std::int64_t lines, double seconds) {
+    std::string got;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::count(got.begin(), got.end(), '\n') < lines && std::chrono::steady_clock::now() < deadline) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        char buffer[4096];
+        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        if (n <= 0) break;
+        got.append(buffer, static_cast<std::size_t>(n));
+    }
+    return got;
+}
+
+std::string numbered_sentences(int first, int count) {
+    const std::vector<std::string> words = {"the dog", "a cat", "sees", "the big house", "runs to", "a dog"};
+    std::string text;
+    for (int i = first; i < first + count; ++i) text += words[i % 6] + " " + words[(i / 6) % 6] + " " + words[(i / 36) % 6] + "\n";
+    return text;
+}
+
+}  // namespace
+
+TEST_CASE("translate streams its input in pieces: memory does not grow with the file, output comes before the input ends",
+          "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model);
+
+    SECTION("a long file is translated piece by piece, each piece as if it were the whole input") {
+        // 2000 lines a piece: pieces are translated independently, so the whole equals its pieces run apart.
+        write_all(f.tmp / "all.txt", numbered_sentences(0, 4500));
+        const Run all = run_cli(f.tmp, "translate" + model + " --input " + shell_quote(f.tmp / "all.txt"));
+        REQUIRE(all.status == 0);
+        std::string pieces;
+        for (int first : {0, 2000, 4000}) {
+            const Run piece = run_cli(f.tmp, "translate" + model, numbered_sentences(first, first == 4000 ? 500 : 2000));
+            REQUIRE(piece.status == 0);
+            pieces += piece.out;
+        }
+        CHECK(split_lines(all.out).size() == 4500);
+        CHECK(all.out == pieces);
+    }
+    SECTION("from a pipe, the first piece's translations are written while the input is still open") {
+        Child c = start_cli("translate" + model, f.tmp / "err.txt");
+        const std::string first = numbered_sentences(0, 2001);  // one piece, and a line of the next
+        REQUIRE(::write(c.in, first.data(), first.size()) == static_cast<ssize_t>(first.size()));
+        const std::string got = read_lines_from(c.out, 2000, 120);
+        CHECK(std::count(got.begin(), got.end(), '\n') == 2000);  // stdin is not closed yet
+        ::close(c.in);
+        const std::string rest = read_lines_from(c.out, 1, 120);
+        ::close(c.out);
+        int status = 0;
+        ::waitpid(c.pid, &status, 0);
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
+        CHECK(std::count(rest.begin(), rest.end(), '\n') == 1);
+    }
+    SECTION("invalid UTF-8 after the first piece: one line naming the line, --output left as it was") {
+        write_all(f.tmp / "bad.txt", numbered_sentences(0, 2499) + "a \xC3\x28 dog\n" + numbered_sentences(0, 10));
+        const Run r = run_cli(f.tmp, "translate" + model + " --input " + shell_quote(f.tmp / "bad.txt") + " --output " +
+                                         shell_quote(f.existing));
+        check_one_line_error(r, "bad.txt:2500: invalid UTF-8");
+        CHECK(read_all(f.existing) == "keep me\n");
+        for (const auto& entry : fs::directory_iterator(f.tmp.path))
+            CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+    }
+    SECTION("Ctrl-C while translating into --output: the old file stays, no temporary file is left") {
+        write_all(f.tmp / "long.txt", numbered_sentences(0, 200000));
+        Child c = start_cli("translate" + model + " --input " + shell_quote(f.tmp / "long.txt") + " --output " +
+                                shell_quote(f.existing),
+                            f.tmp / "err.txt");
+        ::close(c.in);
+        // Wait for the temporary file: translation has begun.
+        bool started = false;
+        for (int i = 0; i < 1200 && !started; ++i) {
+            for (const auto& entry : fs::directory_iterator(f.tmp.path))
+                started |= entry.path().filename().string().rfind("existing.txt.tmp.", 0) == 0;
+            if (!started) ::usleep(50000);
+        }
+        REQUIRE(started);
+        ::kill(c.pid, SIGINT);
+        int status = 0;
+        ::waitpid(c.pid, &status, 0);
+        ::close(c.out);
+        CHECK(WIFSIGNALED(status));
+        CHECK(read_all(f.existing) == "keep me\n");
+        for (const auto& entry : fs::directory_iterator(f.tmp.path))
+            CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+    }
 }

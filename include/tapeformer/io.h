@@ -17,6 +17,28 @@ TF_NAMESPACE_BEGIN
 // existing `path` is left untouched, and std::runtime_error names the path and the system's reason.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
+// The same, written in pieces: for output that should not be held in memory whole (translate streams its
+// translations). Writes go to `path + ".tmp.<pid>"`; commit() fsyncs it and renames it over `path`. A
+// writer destroyed without commit() (an error, an interrupted run) removes its temporary file, leaving an
+// existing `path` untouched. Errors throw std::runtime_error naming the path and the system's reason.
+class AtomicFile {
+public:
+    explicit AtomicFile(std::string path);
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+
+    void write(std::string_view bytes);
+    void commit();
+    const std::string& temp_path() const { return tmp_; }
+
+private:
+    [[noreturn]] void fail(const std::string& what, int err);
+
+    std::string path_, tmp_;
+    int fd_ = -1;
+};
+
 // The whole content of `path`. Throws std::runtime_error naming the path and the reason.
 std::string read_file(const std::string& path);
 

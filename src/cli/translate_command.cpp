@@ -2,11 +2,14 @@
 // Also the decoding flags and the progress line that `tapeformer eval` shares (declared in commands.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 
 #include "tapeformer/checkpoint.h"
@@ -34,6 +37,81 @@ std::string join_lines(const std::vector<std::string>& lines) {
     std::string text;
     for (const std::string& line : lines) text += line + '\n';
     return text;
+}
+
+// Input is read and translated this many lines at a time (sorted by length within them for batching), each
+// piece's translations written before the next is read: memory does not grow with the input.
+constexpr std::size_t kLinesPerPiece = 2000;
+
+// Lines in a file ('\n'-terminated, plus a last one without it), for the progress bar's total.
+std::int64_t count_lines(const std::string& path) {
+    std::ifstream in = open_text_file(path);
+    std::int64_t lines = 0;
+    char last = '\n';
+    char buffer[1 << 16];
+    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+        lines += std::count(buffer, buffer + in.gcount(), '\n');
+        last = buffer[in.gcount() - 1];
+    }
+    return lines + (last != '\n');
+}
+
+// Ctrl-C (or SIGTERM) while translations stream into --output: the temporary file is removed and the
+// previous output left as it was, then the signal ends the process as it would have.
+char g_output_temp[4096];
+extern "C" void remove_output_temp(int sig) {
+    if (g_output_temp[0] != '\0') ::unlink(g_output_temp);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+
+// Reads the input a piece at a time and writes each piece's translations (standard output, flushed per
+// piece, or the --output file, renamed into place once all are done).
+void translate_stream(const TranslateOptions& opt, ModelBundle& bundle) {
+    std::ifstream file;
+    if (!opt.input.empty()) file = open_text_file(opt.input);
+    LineReader reader(opt.input.empty() ? std::cin : file, opt.input.empty() ? "standard input" : opt.input);
+    // A person typing sentences gets each translation as soon as the line is entered.
+    const std::size_t per_piece = opt.input.empty() && isatty(STDIN_FILENO) ? 1 : kLinesPerPiece;
+    const std::int64_t total = opt.input.empty() ? 0 : count_lines(opt.input);
+    const auto bar = total > 0 ? terminal_progress("translating") : nullptr;
+
+    std::optional<AtomicFile> output;
+    if (!opt.output.empty()) {
+        std::signal(SIGINT, remove_output_temp);
+        std::signal(SIGTERM, remove_output_temp);
+        output.emplace(opt.output);
+        std::snprintf(g_output_temp, sizeof g_output_temp, "%s", output->temp_path().c_str());
+    }
+    std::vector<std::string> lines;
+    std::string line;
+    std::int64_t done = 0, truncated = 0;
+    for (bool more = true; more;) {
+        lines.clear();
+        while (lines.size() < per_piece && (more = reader.next(line))) lines.push_back(line);
+        if (lines.empty()) break;
+        std::int64_t cut = 0;
+        ProgressFn progress;
+        if (bar) progress = [&](std::int64_t d, std::int64_t) { bar(done + d, total); };
+        const std::string text = join_lines(
+            translate_lines(*bundle.model, bundle.tokenizers, lines, opt.decode, opt.batch_tokens, progress, &cut));
+        truncated += cut;
+        done += static_cast<std::int64_t>(lines.size());
+        if (output) {
+            output->write(text);
+        } else {
+            std::cout << text << std::flush;
+            if (!std::cout) throw std::runtime_error("cannot write the translations to standard output");
+        }
+    }
+    if (output) {
+        output->commit();
+        std::signal(SIGINT, SIG_DFL);
+        std::signal(SIGTERM, SIG_DFL);
+    }
+    if (truncated > 0)
+        std::cerr << "tapeformer: note: " << truncated << " of " << done << " input sentences were longer than the model's "
+                  << bundle.model->config.max_len - 1 << " source tokens; only their beginning was translated\n";
 }
 
 }  // namespace
@@ -115,8 +193,8 @@ void add_translate_command(CLI::App& app) {
                     "(encoder self-attention), D (decoder self-attention) or A (cross-attention), e.g. E:0:1,A:2:3");
     cmd->add_option("--input", opt->input, "File to translate (default: standard input)")->check(CLI::ExistingFile);
     cmd->add_option("--output", opt->output,
-                    "File to write the translations to, replaced only once all are done "
-                    "(default: standard output)");
+                    "File to write the translations to, replaced only once all are done; Ctrl-C leaves it as it was\n"
+                    "(default: standard output, written as each piece of 2000 input lines is translated)");
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
     cmd->callback([opt]() {
         if (!opt->output.empty()) check_output_path(opt->output, "--output");
@@ -124,23 +202,7 @@ void add_translate_command(CLI::App& app) {
         ModelBundle bundle = load_model_dir(opt->model_dir);
         if (!opt->mask_heads.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask_heads, bundle.model->config));
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
-        const std::vector<std::string> lines =
-            opt->input.empty() ? read_lines(std::cin, "standard input") : read_lines(opt->input);
-        std::int64_t truncated = 0;
-        const std::vector<std::string> translations =
-            translate_lines(*bundle.model, bundle.tokenizers, lines, opt->decode, opt->batch_tokens,
-                            terminal_progress("translating"), &truncated);
-        if (truncated > 0)
-            std::cerr << "tapeformer: note: " << truncated << " of " << lines.size()
-                      << " input sentences were longer than the model's " << bundle.model->config.max_len - 1
-                      << " source tokens; only their beginning was translated\n";
-        const std::string text = join_lines(translations);
-        if (opt->output.empty()) {
-            std::cout << text << std::flush;
-            if (!std::cout) throw std::runtime_error("cannot write the translations to standard output");
-        } else {
-            write_file_atomic(opt->output, text);
-        }
+        translate_stream(*opt, bundle);
         command_exit_code() = 0;
     });
 }

@@ -30,33 +30,48 @@ std::runtime_error read_error(const std::string& path, const std::string& reason
     return std::runtime_error("cannot read '" + path + "': " + reason);
 }
 
-// Every line of `in`, trimmed, after checking that it is valid UTF-8. A UTF-8 byte order mark at the
-// start of the file is dropped.
-std::vector<std::string> read_all_lines(std::istream& in, const std::string& name) {
-    std::vector<std::string> lines;
-    std::string line;
-    while (std::getline(in, line)) {
-        std::string_view view = line;
-        if (lines.empty() && view.substr(0, 3) == "\xEF\xBB\xBF") view.remove_prefix(3);
-        std::size_t bad = find_invalid_utf8(view);
-        if (bad != std::string_view::npos) {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(view[bad]));
-            throw std::runtime_error(name + ":" + std::to_string(lines.size() + 1) + ": invalid UTF-8 (byte " +
-                                     hex + " at column " + std::to_string(bad + 1) + ")");
-        }
-        lines.emplace_back(trim(view));
+}  // namespace
+
+bool LineReader::next(std::string& line) {
+    if (!std::getline(in_, raw_)) {
+        if (in_.bad()) throw read_error(name_, "I/O error after line " + std::to_string(lines_));
+        return false;
     }
-    if (in.bad()) throw read_error(name, "I/O error after line " + std::to_string(lines.size()));
-    return lines;
+    std::string_view view = raw_;
+    if (lines_ == 0 && view.substr(0, 3) == "\xEF\xBB\xBF") view.remove_prefix(3);
+    const std::size_t bad = find_invalid_utf8(view);
+    if (bad != std::string_view::npos) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(view[bad]));
+        throw std::runtime_error(name_ + ":" + std::to_string(lines_ + 1) + ": invalid UTF-8 (byte " + hex +
+                                 " at column " + std::to_string(bad + 1) + ")");
+    }
+    line = trim(view);
+    ++lines_;
+    return true;
 }
 
-std::vector<std::string> read_file_lines(const std::string& path) {
+std::ifstream open_text_file(const std::string& path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) throw read_error(path, std::strerror(EISDIR));
     errno = 0;
     std::ifstream in(path, std::ios::binary);
     if (!in) throw read_error(path, errno ? std::strerror(errno) : "cannot open file");
+    return in;
+}
+
+namespace {
+
+std::vector<std::string> read_all_lines(std::istream& in, const std::string& name) {
+    std::vector<std::string> lines;
+    LineReader reader(in, name);
+    std::string line;
+    while (reader.next(line)) lines.push_back(std::move(line));
+    return lines;
+}
+
+std::vector<std::string> read_file_lines(const std::string& path) {
+    std::ifstream in = open_text_file(path);
     return read_all_lines(in, path);
 }
 

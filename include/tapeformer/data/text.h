@@ -3,9 +3,11 @@
 // input is reported as a std::runtime_error whose message names the file and, where it applies, the line.
 #pragma once
 #include <cstdint>
+#include <fstream>
 #include <istream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/config.h"
@@ -38,6 +40,27 @@ struct ParallelText {
 // line counts differ (both paths and both counts) or if a line is not valid UTF-8 (path and 1-based line).
 // Pairs where either side is empty are skipped and counted in stats.empty_skipped.
 ParallelText read_parallel(const std::string& source_path, const std::string& target_path);
+
+// Reads a stream one line at a time with the checks of read_lines (a UTF-8 BOM at the start dropped, every
+// line valid UTF-8, else std::runtime_error "NAME:LINE: invalid UTF-8 ..."; trimmed), so that a long input
+// can be processed in pieces without being held whole.
+class LineReader {
+public:
+    LineReader(std::istream& in, std::string name) : in_(in), name_(std::move(name)) {}
+    // The next line into `line`; false at the end of the input.
+    bool next(std::string& line);
+    std::int64_t lines_read() const { return lines_; }
+
+private:
+    std::istream& in_;
+    std::string name_;
+    std::string raw_;
+    std::int64_t lines_ = 0;
+};
+
+// `path` opened for LineReader; std::runtime_error "cannot read 'PATH': REASON" when it cannot be (missing,
+// unreadable, a directory).
+std::ifstream open_text_file(const std::string& path);
 
 // Reads one file, one sentence per line, for translation: every line is kept (an empty line stays an
 // empty string) so the output can be written line for line. Same checks as read_parallel.
