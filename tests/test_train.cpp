@@ -1519,3 +1519,29 @@ TEST_CASE("train: --resume with tokenizer files other than the run's own is refu
                Catch::Contains(tmp / "run/checkpoints/step-00000002.safetensors") &&
                    Catch::Contains("tokenizer files (vocab.txt / spm.model) are not the ones this checkpoint was trained with"));
 }
+
+TEST_CASE("train: --resume with a stopping rule given as 0 lifts that rule (--epochs 0 --max-steps N runs on past the epoch)",
+          "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    const CliRun first = run_train(tmp, tiny_flags(corpus, out) + " --epochs 1 --checkpoint-every 1000");
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const std::int64_t epoch_steps = read_state(out).at("step");
+    REQUIRE(epoch_steps >= 1);
+
+    SECTION("0 alone would leave no stopping rule: refused, nothing changed") {
+        const std::string metrics = read_all(out + "/metrics.jsonl");
+        check_refused(run_train(tmp, "--resume --epochs 0 --out " + shell_quote(out)), "no stopping rule");
+        CHECK(read_all(out + "/metrics.jsonl") == metrics);
+    }
+    SECTION("with --max-steps beyond the epoch, training goes on to it") {
+        const CliRun r = run_train(tmp, "--resume --epochs 0 --max-steps " + std::to_string(epoch_steps + 2) + " --out " +
+                                            shell_quote(out));
+        INFO(r.err);
+        CHECK(r.status == 0);
+        CHECK(read_state(out).at("step") == epoch_steps + 2);
+        CHECK(of_type(read_metrics(out), "train").size() == static_cast<std::size_t>(epoch_steps + 2));
+    }
+}

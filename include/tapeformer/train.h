@@ -76,6 +76,10 @@ struct TrainConfig {
     struct ResumeChanges {
         std::optional<std::int64_t> log_every, valid_every, checkpoint_every;
         std::optional<int> keep;
+        // Stopping rules given to this call, 0 included ("--time-budget 0": no limit any more); a non-zero
+        // max_steps, epochs or time_budget_minutes of this config replaces the run's too.
+        std::optional<std::int64_t> max_steps, epochs;
+        std::optional<double> time_budget_minutes;
     } resume_changes;
     bool check_nan = false;            // on a non-finite loss, name the first op that produced it
 

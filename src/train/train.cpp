@@ -455,9 +455,14 @@ void Trainer::prepare_directory() {
         if (change.keep) stored.keep = *change.keep;
         // Changed settings stay for later resumes: a plain --resume after --keep 10 must not prune to 3.
         if (to_json(stored) != read_file((fs::path(dir_) / "run.json").string())) updated_run_json_ = to_json(stored);
-        if (c_.max_steps) stored.max_steps = c_.max_steps;
-        if (c_.epochs) stored.epochs = c_.epochs;
-        if (c_.time_budget_minutes) stored.time_budget_minutes = c_.time_budget_minutes;
+        // A stopping rule set here replaces the run's; the CLI also passes one given as 0 (no limit).
+        stored.max_steps = change.max_steps.value_or(c_.max_steps ? c_.max_steps : stored.max_steps);
+        stored.epochs = change.epochs.value_or(c_.epochs ? c_.epochs : stored.epochs);
+        stored.time_budget_minutes =
+            change.time_budget_minutes.value_or(c_.time_budget_minutes ? c_.time_budget_minutes : stored.time_budget_minutes);
+        if (!stored.max_steps && !stored.epochs && !stored.time_budget_minutes)
+            throw std::invalid_argument("--resume: with these flags the run would have no stopping rule left; give "
+                                        "--max-steps, --epochs or --time-budget a value above 0");
         stored.threads = c_.threads;
         stored.check_nan = c_.check_nan;
         stored.resume = true;

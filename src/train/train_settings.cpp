@@ -330,6 +330,9 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
         if (given.count("valid-every")) c.resume_changes.valid_every = value("valid-every");
         if (given.count("checkpoint-every")) c.resume_changes.checkpoint_every = value("checkpoint-every");
         if (given.count("keep")) c.resume_changes.keep = static_cast<int>(value("keep"));
+        if (given.count("max-steps")) c.resume_changes.max_steps = c.max_steps;
+        if (given.count("epochs")) c.resume_changes.epochs = c.epochs;
+        if (given.count("time-budget")) c.resume_changes.time_budget_minutes = c.time_budget_minutes;
         return r;
     }
 
