@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
     tf::add_explain_command(app);
     tf::add_tape_command(app);
     tf::add_report_command(app);
+    tf::add_average_command(app);
 
     try {
         app.parse(argc, argv);

@@ -19,6 +19,7 @@ void add_heads_command(CLI::App& app);      // heads: per-head importance, gradi
 void add_attention_command(CLI::App& app);  // attention: one sentence's maps as JSON, HTML and SVG
 void add_explain_command(CLI::App& app);    // explain: one sentence through the model, stage by stage
 void add_tape_command(CLI::App& app);       // tape: the records of one training step, backward order, DOT
+void add_average_command(CLI::App& app);    // average: the mean of a run's last checkpoints
 void add_report_command(CLI::App& app);     // report: the training run as one self-contained HTML page
 
 // A flag check: the value is a number > lo (strict) or >= lo; the error says so ("--beam: must be > 0, got 0").
