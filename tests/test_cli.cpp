@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -411,6 +412,106 @@ TEST_CASE("a tapeformer model file without its checksum, or with a data-only one
         write_all(f.weights, bytes);
         check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
                              "checksum covers only the tensor data");
+    }
+}
+
+namespace {
+// Rewrites a weights file with `edits` applied to its metadata and `extra` tensors added, the checksum
+// recomputed, as a program that knows the format could: the checksum cannot tell, only the settings
+// checked against the tensors.
+void rewrite_weights(const std::string& path, const std::map<std::string, std::string>& edits,
+                     const std::vector<tf::NamedTensor>& extra = {}) {
+    tf::SafetensorsFile file = tf::load_safetensors(path);
+    std::vector<tf::NamedTensor> tensors = extra;
+    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+    for (const auto& [key, value] : edits) file.metadata[key] = value;
+    tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+}
+}  // namespace
+
+TEST_CASE("a weights file whose settings disagree with its tensors is refused before the model is built, naming "
+          "the setting and the tensor", "[cli]") {
+    CliFixture f;  // d_model 8, ffn 16, one layer a side, post-norm, sinusoidal, dot attention, no output bias
+    const std::string V = std::to_string(f.config.src_vocab);
+    struct Case {
+        std::map<std::string, std::string> edits;
+        std::vector<tf::NamedTensor> extra;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        // Within every bound, 0.94 billion weights (3.7 GB) together: refused before any of it is allocated.
+        {{{"d_model", "8192"}, {"ffn", "4096"}}, {},
+         "model setting d_model 8192 does not fit tensor 'src_embed.weight' of shape (" + V + ", 8) (the metadata's "
+         "settings give (" + V + ", 8192))"},
+        {{{"ffn", "4096"}}, {}, "model setting ffn 4096 does not fit tensor 'encoder.layers.0.linear1.weight' of shape (16, 8)"},
+        {{{"src_vocab", "999"}}, {}, "model setting src_vocab 999 does not fit tensor 'src_embed.weight' of shape (" + V + ", 8)"},
+        {{{"tgt_vocab", "999"}}, {}, "model setting tgt_vocab 999 does not fit tensor 'tgt_embed.weight' of shape (" + V + ", 8)"},
+        {{{"enc_layers", "2"}}, {},
+         "model setting enc_layers 2 needs tensor 'encoder.layers.1.self_attn.in_proj_weight', which the file lacks"},
+        {{{"dec_layers", "3"}}, {},
+         "model setting dec_layers 3 needs tensor 'decoder.layers.1.self_attn.in_proj_weight', which the file lacks"},
+        {{{"positional", "learned"}}, {}, "model setting positional learned needs tensor 'positional.weight'"},
+        {{{"norm", "pre"}}, {}, "model setting norm pre needs tensor 'encoder.norm.weight'"},
+        {{{"output_bias", "true"}}, {}, "model setting output_bias true needs tensor 'generator.bias'"},
+        {{{"attention", "additive"}}, {}, "model setting attention additive needs tensor 'encoder.layers.0.self_attn.score_v'"},
+        // Tensors the settings have no place for: the setting that would have one is named.
+        {{}, {{"encoder.layers.1.linear1.weight", tf::Tensor::zeros({16, 8})}},
+         "tensor 'encoder.layers.1.linear1.weight' is in the file, but model setting enc_layers 1 gives the model no such tensor"},
+        {{}, {{"generator.bias", tf::Tensor::zeros({f.config.tgt_vocab})}},
+         "tensor 'generator.bias' is in the file, but model setting output_bias false gives the model no such tensor"},
+        {{}, {{"extra.weight", tf::Tensor::zeros({2})}}, "unexpected tensor 'extra.weight'"},
+    };
+    const std::string original = read_all(f.weights);
+    for (const Case& c : cases) {
+        INFO(c.message);
+        write_all(f.weights, original);
+        rewrite_weights(f.weights, c.edits, c.extra);
+        check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput), f.weights + ": " + c.message);
+    }
+    // The same check for a checkpoint given as --model (its optimizer state aside).
+    tf::Transformer model(f.config, 3);
+    tf::Adam adam(model.parameters());
+    const std::string checkpoint = f.model + "/checkpoints/step-00000001.safetensors";
+    fs::create_directories(f.model + "/checkpoints");
+    tf::save_training_checkpoint(checkpoint, model, adam, tf::TrainState{}, tf::tokenizer_hash(tf::TokenizerPair::load(f.model)));
+    rewrite_weights(checkpoint, {{"ffn", "32"}});
+    check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(checkpoint), kInput),
+                         checkpoint + ": model setting ffn 32 does not fit tensor 'encoder.layers.0.linear1.weight'");
+}
+
+TEST_CASE("a checkpoint whose tensors or training state disagree with its settings is refused, naming what", "[cli]") {
+    CliFixture f;
+    tf::ModelConfig wide = f.config;
+    wide.ffn = 32;  // what run.json and the checkpoint's metadata say; the tensors are of ffn 16
+    tf::Transformer small(f.config, 3), model(wide, 3);
+    tf::Adam small_adam(small.parameters()), adam(model.parameters());
+    const std::string path = f.tmp / "step.safetensors";
+    tf::TrainState state;
+    state.step = 8;
+    state.epoch = 1;
+    state.batch_in_epoch = 2;
+    state.best_step = state.valid_step = 8;
+    tf::save_training_checkpoint(path, small, small_adam, state);
+    const std::string original = read_all(path);
+    rewrite_weights(path, {{"ffn", "32"}});
+    CHECK_THROWS_WITH(tf::load_training_checkpoint(path, model, adam),
+                      path + ": model setting ffn 32 does not fit tensor 'encoder.layers.0.linear1.weight' of shape (16, 8) "
+                             "(the metadata's settings give (32, 8))");
+
+    // A training state no run can reach.
+    const std::map<std::string, std::string> impossible = {
+        {"\"best_step\":8", "\"best_step\":9"}, {"\"valid_step\":8", "\"valid_step\":12"},
+        {"\"train_seconds\":0", "\"train_seconds\":-1"}, {"\"target_tokens\":0", "\"target_tokens\":-5"}};
+    const std::string state_text = tf::to_json(state);
+    for (const auto& [from, to] : impossible) {
+        INFO(to);
+        std::string text = state_text;
+        REQUIRE(text.find(from) != std::string::npos);
+        text.replace(text.find(from), from.size(), to);
+        write_all(path, original);
+        rewrite_weights(path, {{"tapeformer.train_state", text}});
+        const std::string key = to.substr(1, to.find('"', 1) - 1);
+        CHECK_THROWS_WITH(tf::load_training_checkpoint(path, small, small_adam), Catch::Contains(path + ": training state") && Catch::Contains(key));
     }
 }
 

@@ -550,6 +550,31 @@ TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[
         check_failed_late(r, path);
         CHECK_THAT(r.last_err_line(), Catch::Contains("checksum"));
     }
+    // A state rewritten with its checksum recomputed (a program that knows the format): only its values tell.
+    auto rewrite_state = [&](const std::string& key, const std::string& value) {
+        tf::SafetensorsFile file = tf::load_safetensors(path);
+        std::vector<tf::NamedTensor> tensors;
+        for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+        json state = json::parse(file.metadata.at("tapeformer.train_state"));
+        state[key] = json::parse(value);
+        file.metadata["tapeformer.train_state"] = state.dump();
+        tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+    };
+    SECTION("the last checkpoint's training state at another step than its name: refused") {
+        rewrite_state("step", "7");
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path + ": its training state is at step 7, not at the step its name gives (3)");
+    }
+    SECTION("the last checkpoint's training state past the end of an epoch: refused") {
+        rewrite_state("batch_in_epoch", "9999");
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path + ": its training state is at batch 9999 of an epoch, but the run's training data gives");
+    }
+    SECTION("the last checkpoint's best step after its step: refused") {
+        rewrite_state("best_step", "4");
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path + ": training state is malformed: best_step 4 is not -1 or a step up to step 3");
+    }
     SECTION("every listed checkpoint deleted: refused, saying how to start over") {
         fs::remove_all(out + "/checkpoints");
         const CliRun r = run_train(tmp, resume);

@@ -604,6 +604,14 @@ void Trainer::build_model() {
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
         try {
             state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_));
+            // The state must be the one this file's name and this run's data allow.
+            if (state_.step != checkpoint_step(resume_from_))
+                throw std::runtime_error(path + ": its training state is at step " + std::to_string(state_.step) +
+                                         ", not at the step its name gives (" + std::to_string(checkpoint_step(resume_from_)) + ")");
+            if (state_.batch_in_epoch > batcher_->num_batches())
+                throw std::runtime_error(path + ": its training state is at batch " + std::to_string(state_.batch_in_epoch) +
+                                         " of an epoch, but the run's training data gives " +
+                                         std::to_string(batcher_->num_batches()) + " batches per epoch");
         } catch (const std::runtime_error& e) {
             if (manifest_.kept.size() < 2) throw;
             const std::string& older = manifest_.kept[manifest_.kept.size() - 2];
