@@ -556,3 +556,41 @@ TEST_CASE("an error quoting a line break from the file is still one line on stde
     check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput),
                          "tensor 'a\\nb' has unknown dtype 'X\\nY'");
 }
+
+TEST_CASE("every subcommand names the real problem in one line: an unknown subcommand, a number that overflows or "
+          "wraps, a file for a directory and a directory for a file", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model), existing = shell_quote(f.existing);
+    const std::string huge = "99999999999999999999";  // past int64 and uint64
+    const std::string tiny_init = " --init --d-model 8 --heads 2 --ffn 16 --layers 1 --vocab 20";
+    const std::string src = shell_quote(write_file(f.tmp, "a.src", "a dog\n")), out = shell_quote(f.tmp / "out");
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        // An unknown subcommand, at each level, with the closest name when one is near.
+        {"translte" + model, "unknown subcommand 'translte' of `tapeformer` (did you mean 'translate'?)"},
+        {"data toyy --out " + out, "unknown subcommand 'toyy' of `tapeformer data` (did you mean 'toy'?)"},
+        {"bench trian", "unknown subcommand 'trian' of `tapeformer bench` (did you mean 'train'?)"},
+        {"zzzzzzzz", "unknown subcommand 'zzzzzzzz' of `tapeformer`; see tapeformer --help"},
+        // Numbers printed as typed: never saturated, never wrapped.
+        {"translate" + model + " --batch-tokens " + huge, "--batch-tokens: must be an integer in [-9223372036854775808, "
+                                                         "9223372036854775807], got " + huge},
+        {"summary" + tiny_init + " --batch " + huge, "--batch: must be an integer in"},
+        {"heads" + model + " --src " + src + " --tgt " + src + " --out " + out + " --batch-tokens " + huge, "got " + huge},
+        {"data toy --out " + out + " --seed -1", "--seed: must be a non-negative integer, got -1"},
+        {"data toy --out " + out + " --seed 18446744073709551616", "--seed: must be an integer in [0, 18446744073709551615], got "
+                                                         "18446744073709551616"},
+        {"translate" + model + " --beam -3", "--beam: must be > 0, got -3"},
+        {"translate" + model + " --beam " + huge, "--beam: must be an integer in [-9223372036854775808, 9223372036854775807], got " + huge},
+        {"train --preset toy --max-steps " + huge + " --out " + out, "--max-steps: must be an integer in [0, 1e+12], got " + huge},
+        {"bench train --batch 2000000000", "--batch 2000000000 of 20 tokens (--src-len / --tgt-len) exceeds 100000000"},
+        // A file where a directory is expected, and the other way round.
+        {"translate --model " + existing, "--model '" + f.existing + "' is a file; expected a model directory"},
+        {"heads" + model + " --src " + src + " --tgt " + src + " --out " + existing, "--out '" + f.existing + "' is a file; expected a directory"},
+        {"train --preset toy --max-steps 1 --out " + existing, "--out '" + f.existing + "' exists and is not a directory"},
+        {"eval" + model + " --src " + shell_quote(f.model) + " --ref " + src, "--src: File is actually a directory"},
+        {"translate" + model + " --output " + shell_quote(f.model), "--output '" + f.model + "' is a directory, not a file"},
+    };
+    for (const auto& [args, message] : cases) {
+        INFO(args);
+        check_one_line_error(run_cli(f.tmp, args), message);
+    }
+}
