@@ -975,6 +975,42 @@ std::vector<json> metrics_without_timing(const std::string& dir) {
 
 }  // namespace
 
+TEST_CASE("train: a disk that fills up at a checkpoint ends the run with one line, leaves no partial file, and "
+          "--resume gives the uninterrupted run", "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", full = tmp / "full";
+    train_ok(tmp, tiny_flags(corpus, straight) + " --max-steps 2 --checkpoint-every 1", straight, 2);
+    // The disk "fills" at 20-40 KB per file (ulimit -f counts 512- or 1024-byte blocks, by shell): the tokenizer
+    // and run.json fit, the first checkpoint (about 290 KB) does not. write() then fails as on a full disk
+    // (EFBIG instead of ENOSPC; SIGXFSZ ignored, as a full disk sends no signal), on the same path.
+    const std::string err = tmp / "full.stderr";
+    const std::string command = "trap '' XFSZ; ulimit -f 40; " + shell_quote(TF_CLI) + " --threads 1 train " +
+                                tiny_flags(corpus, full) + " --max-steps 2 --checkpoint-every 1 </dev/null >/dev/null 2>" +
+                                shell_quote(err);
+    const int raw = std::system(command.c_str());
+    const std::string log = read_all(err);
+    INFO("stderr: " << log);
+    REQUIRE(WIFEXITED(raw));
+    CHECK(WEXITSTATUS(raw) == 1);
+    const auto lines = split_lines(log);
+    REQUIRE_FALSE(lines.empty());
+    CHECK_THAT(lines.back(), Catch::StartsWith("tapeformer: error: cannot write '" + full + "/" + checkpoint_name(1) + "'"));
+    CHECK_THAT(lines.back(), Catch::Contains("File too large"));
+    for (const auto& entry : fs::recursive_directory_iterator(full))
+        CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+    CHECK_FALSE(fs::exists(full + "/state.json"));
+
+    // With room again, --resume starts the run that never reached its first checkpoint over: the same run.
+    const CliRun r = run_train(tmp, "--resume --out " + shell_quote(full));
+    INFO("resumed: " << r.err);
+    REQUIRE(r.status == 0);
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(full);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(full + "/model.safetensors")));
+}
+
 TEST_CASE("train: --force checks every input before deleting, and deletes only the files training wrote", "[train]") {
     Corpus corpus(80);
     TempDir tmp;
