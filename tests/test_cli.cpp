@@ -584,6 +584,10 @@ TEST_CASE("every subcommand names the real problem in one line: an unknown subco
         {"bench train --batch 2000000000", "--batch 2000000000 of 20 tokens (--src-len / --tgt-len) exceeds 100000000"},
         // A file where a directory is expected, and the other way round.
         {"translate --model " + existing, "--model '" + f.existing + "' is a file; expected a model directory"},
+        {"encode --model " + existing, "--model '" + f.existing + "' is a file; expected a model directory"},
+        {"summary --model " + existing, "--model '" + f.existing + "' is a file; expected a model directory"},
+        {"attention" + model + " --src " + src + " --svg-dir " + existing, "--svg-dir '" + f.existing + "' is a file; expected a directory"},
+        {"report" + model + " --out " + shell_quote(f.model), "--out '" + f.model + "' is a directory, not a file"},
         {"heads" + model + " --src " + src + " --tgt " + src + " --out " + existing, "--out '" + f.existing + "' is a file; expected a directory"},
         {"train --preset toy --max-steps 1 --out " + existing, "--out '" + f.existing + "' exists and is not a directory"},
         {"eval" + model + " --src " + shell_quote(f.model) + " --ref " + src, "--src: File is actually a directory"},
