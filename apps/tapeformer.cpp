@@ -32,8 +32,10 @@ int main(int argc, char** argv) {
     tf::add_tape_command(app);
     tf::add_report_command(app);
     tf::add_average_command(app);
+    tf::check_integer_flags(app);
 
     try {
+        tf::check_subcommand_name(app, argc, argv);
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -417,6 +418,106 @@ TEST_CASE("a tapeformer model file without its checksum, or with a data-only one
     }
 }
 
+namespace {
+// Rewrites a weights file with `edits` applied to its metadata and `extra` tensors added, the checksum
+// recomputed, as a program that knows the format could: the checksum cannot tell, only the settings
+// checked against the tensors.
+void rewrite_weights(const std::string& path, const std::map<std::string, std::string>& edits,
+                     const std::vector<tf::NamedTensor>& extra = {}) {
+    tf::SafetensorsFile file = tf::load_safetensors(path);
+    std::vector<tf::NamedTensor> tensors = extra;
+    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+    for (const auto& [key, value] : edits) file.metadata[key] = value;
+    tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+}
+}  // namespace
+
+TEST_CASE("a weights file whose settings disagree with its tensors is refused before the model is built, naming "
+          "the setting and the tensor", "[cli]") {
+    CliFixture f;  // d_model 8, ffn 16, one layer a side, post-norm, sinusoidal, dot attention, no output bias
+    const std::string V = std::to_string(f.config.src_vocab);
+    struct Case {
+        std::map<std::string, std::string> edits;
+        std::vector<tf::NamedTensor> extra;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        // Within every bound, 0.94 billion weights (3.7 GB) together: refused before any of it is allocated.
+        {{{"d_model", "8192"}, {"ffn", "4096"}}, {},
+         "model setting d_model 8192 does not fit tensor 'src_embed.weight' of shape (" + V + ", 8) (the metadata's "
+         "settings give (" + V + ", 8192))"},
+        {{{"ffn", "4096"}}, {}, "model setting ffn 4096 does not fit tensor 'encoder.layers.0.linear1.weight' of shape (16, 8)"},
+        {{{"src_vocab", "999"}}, {}, "model setting src_vocab 999 does not fit tensor 'src_embed.weight' of shape (" + V + ", 8)"},
+        {{{"tgt_vocab", "999"}}, {}, "model setting tgt_vocab 999 does not fit tensor 'tgt_embed.weight' of shape (" + V + ", 8)"},
+        {{{"enc_layers", "2"}}, {},
+         "model setting enc_layers 2 needs tensor 'encoder.layers.1.self_attn.in_proj_weight', which the file lacks"},
+        {{{"dec_layers", "3"}}, {},
+         "model setting dec_layers 3 needs tensor 'decoder.layers.1.self_attn.in_proj_weight', which the file lacks"},
+        {{{"positional", "learned"}}, {}, "model setting positional learned needs tensor 'positional.weight'"},
+        {{{"norm", "pre"}}, {}, "model setting norm pre needs tensor 'encoder.norm.weight'"},
+        {{{"output_bias", "true"}}, {}, "model setting output_bias true needs tensor 'generator.bias'"},
+        {{{"attention", "additive"}}, {}, "model setting attention additive needs tensor 'encoder.layers.0.self_attn.score_v'"},
+        // Tensors the settings have no place for: the setting that would have one is named.
+        {{}, {{"encoder.layers.1.linear1.weight", tf::Tensor::zeros({16, 8})}},
+         "tensor 'encoder.layers.1.linear1.weight' is in the file, but model setting enc_layers 1 gives the model no such tensor"},
+        {{}, {{"generator.bias", tf::Tensor::zeros({f.config.tgt_vocab})}},
+         "tensor 'generator.bias' is in the file, but model setting output_bias false gives the model no such tensor"},
+        {{}, {{"extra.weight", tf::Tensor::zeros({2})}}, "unexpected tensor 'extra.weight'"},
+    };
+    const std::string original = read_all(f.weights);
+    for (const Case& c : cases) {
+        INFO(c.message);
+        write_all(f.weights, original);
+        rewrite_weights(f.weights, c.edits, c.extra);
+        check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(f.model), kInput), f.weights + ": " + c.message);
+    }
+    // The same check for a checkpoint given as --model (its optimizer state aside).
+    tf::Transformer model(f.config, 3);
+    tf::Adam adam(model.parameters());
+    const std::string checkpoint = f.model + "/checkpoints/step-00000001.safetensors";
+    fs::create_directories(f.model + "/checkpoints");
+    tf::save_training_checkpoint(checkpoint, model, adam, tf::TrainState{}, tf::tokenizer_hash(tf::TokenizerPair::load(f.model)));
+    rewrite_weights(checkpoint, {{"ffn", "32"}});
+    check_one_line_error(run_cli(f.tmp, "translate --model " + shell_quote(checkpoint), kInput),
+                         checkpoint + ": model setting ffn 32 does not fit tensor 'encoder.layers.0.linear1.weight'");
+}
+
+TEST_CASE("a checkpoint whose tensors or training state disagree with its settings is refused, naming what", "[cli]") {
+    CliFixture f;
+    tf::ModelConfig wide = f.config;
+    wide.ffn = 32;  // what run.json and the checkpoint's metadata say; the tensors are of ffn 16
+    tf::Transformer small(f.config, 3), model(wide, 3);
+    tf::Adam small_adam(small.parameters()), adam(model.parameters());
+    const std::string path = f.tmp / "step.safetensors";
+    tf::TrainState state;
+    state.step = 8;
+    state.epoch = 1;
+    state.batch_in_epoch = 2;
+    state.best_step = state.valid_step = 8;
+    tf::save_training_checkpoint(path, small, small_adam, state);
+    const std::string original = read_all(path);
+    rewrite_weights(path, {{"ffn", "32"}});
+    CHECK_THROWS_WITH(tf::load_training_checkpoint(path, model, adam),
+                      path + ": model setting ffn 32 does not fit tensor 'encoder.layers.0.linear1.weight' of shape (16, 8) "
+                             "(the metadata's settings give (32, 8))");
+
+    // A training state no run can reach.
+    const std::map<std::string, std::string> impossible = {
+        {"\"best_step\":8", "\"best_step\":9"}, {"\"valid_step\":8", "\"valid_step\":12"},
+        {"\"train_seconds\":0", "\"train_seconds\":-1"}, {"\"target_tokens\":0", "\"target_tokens\":-5"}};
+    const std::string state_text = tf::to_json(state);
+    for (const auto& [from, to] : impossible) {
+        INFO(to);
+        std::string text = state_text;
+        REQUIRE(text.find(from) != std::string::npos);
+        text.replace(text.find(from), from.size(), to);
+        write_all(path, original);
+        rewrite_weights(path, {{"tapeformer.train_state", text}});
+        const std::string key = to.substr(1, to.find('"', 1) - 1);
+        CHECK_THROWS_WITH(tf::load_training_checkpoint(path, small, small_adam), Catch::Contains(path + ": training state") && Catch::Contains(key));
+    }
+}
+
 TEST_CASE("eval says how many pairs its loss covers, and refuses when none fits the model", "[cli]") {
     CliFixture f;  // max_len 16: a side of more than 15 tokens cannot be scored
     const std::string long_line = "the dog sees a cat the dog sees a cat the dog sees a cat the dog";  // 16 tokens
@@ -579,5 +680,47 @@ TEST_CASE("translate streams its input in pieces: memory does not grow with the 
         CHECK(read_all(f.existing) == "keep me\n");
         for (const auto& entry : fs::directory_iterator(f.tmp.path))
             CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+    }
+}
+
+TEST_CASE("every subcommand names the real problem in one line: an unknown subcommand, a number that overflows or "
+          "wraps, a file for a directory and a directory for a file", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model), existing = shell_quote(f.existing);
+    const std::string huge = "99999999999999999999";  // past int64 and uint64
+    const std::string tiny_init = " --init --d-model 8 --heads 2 --ffn 16 --layers 1 --vocab 20";
+    const std::string src = shell_quote(write_file(f.tmp, "a.src", "a dog\n")), out = shell_quote(f.tmp / "out");
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        // An unknown subcommand, at each level, with the closest name when one is near.
+        {"translte" + model, "unknown subcommand 'translte' of `tapeformer` (did you mean 'translate'?)"},
+        {"data toyy --out " + out, "unknown subcommand 'toyy' of `tapeformer data` (did you mean 'toy'?)"},
+        {"bench trian", "unknown subcommand 'trian' of `tapeformer bench` (did you mean 'train'?)"},
+        {"zzzzzzzz", "unknown subcommand 'zzzzzzzz' of `tapeformer`; see tapeformer --help"},
+        // Numbers printed as typed: never saturated, never wrapped.
+        {"translate" + model + " --batch-tokens " + huge, "--batch-tokens: must be an integer in [-9223372036854775808, "
+                                                         "9223372036854775807], got " + huge},
+        {"summary" + tiny_init + " --batch " + huge, "--batch: must be an integer in"},
+        {"heads" + model + " --src " + src + " --tgt " + src + " --out " + out + " --batch-tokens " + huge, "got " + huge},
+        {"data toy --out " + out + " --seed -1", "--seed: must be a non-negative integer, got -1"},
+        {"data toy --out " + out + " --seed 18446744073709551616", "--seed: must be an integer in [0, 18446744073709551615], got "
+                                                         "18446744073709551616"},
+        {"translate" + model + " --beam -3", "--beam: must be > 0, got -3"},
+        {"translate" + model + " --beam " + huge, "--beam: must be an integer in [-9223372036854775808, 9223372036854775807], got " + huge},
+        {"train --preset toy --max-steps " + huge + " --out " + out, "--max-steps: must be an integer in [0, 1e+12], got " + huge},
+        {"bench train --batch 2000000000", "--batch 2000000000 of 20 tokens (--src-len / --tgt-len) exceeds 100000000"},
+        // A file where a directory is expected, and the other way round.
+        {"translate --model " + existing, "--model '" + f.existing + "' is a file; expected a model directory"},
+        {"encode --model " + existing, "--model '" + f.existing + "' is a file; expected a model directory"},
+        {"summary --model " + existing, "--model '" + f.existing + "' is a file; expected a model directory"},
+        {"attention" + model + " --src " + src + " --svg-dir " + existing, "--svg-dir '" + f.existing + "' is a file; expected a directory"},
+        {"report" + model + " --out " + shell_quote(f.model), "--out '" + f.model + "' is a directory, not a file"},
+        {"heads" + model + " --src " + src + " --tgt " + src + " --out " + existing, "--out '" + f.existing + "' is a file; expected a directory"},
+        {"train --preset toy --max-steps 1 --out " + existing, "--out '" + f.existing + "' exists and is not a directory"},
+        {"eval" + model + " --src " + shell_quote(f.model) + " --ref " + src, "--src: File is actually a directory"},
+        {"translate" + model + " --output " + shell_quote(f.model), "--output '" + f.model + "' is a directory, not a file"},
+    };
+    for (const auto& [args, message] : cases) {
+        INFO(args);
+        check_one_line_error(run_cli(f.tmp, args), message);
     }
 }

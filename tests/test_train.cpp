@@ -550,6 +550,31 @@ TEST_CASE("train: --resume refuses a damaged run directory, naming the file", "[
         check_failed_late(r, path);
         CHECK_THAT(r.last_err_line(), Catch::Contains("checksum"));
     }
+    // A state rewritten with its checksum recomputed (a program that knows the format): only its values tell.
+    auto rewrite_state = [&](const std::string& key, const std::string& value) {
+        tf::SafetensorsFile file = tf::load_safetensors(path);
+        std::vector<tf::NamedTensor> tensors;
+        for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+        json state = json::parse(file.metadata.at("tapeformer.train_state"));
+        state[key] = json::parse(value);
+        file.metadata["tapeformer.train_state"] = state.dump();
+        tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+    };
+    SECTION("the last checkpoint's training state at another step than its name: refused") {
+        rewrite_state("step", "7");
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path + ": its training state is at step 7, not at the step its name gives (3)");
+    }
+    SECTION("the last checkpoint's training state past the end of an epoch: refused") {
+        rewrite_state("batch_in_epoch", "9999");
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path + ": its training state is at batch 9999 of an epoch, but the run's training data gives");
+    }
+    SECTION("the last checkpoint's best step after its step: refused") {
+        rewrite_state("best_step", "4");
+        const CliRun r = run_train(tmp, resume);
+        check_failed_late(r, path + ": training state is malformed: best_step 4 is not -1 or a step up to step 3");
+    }
     SECTION("every listed checkpoint deleted: refused, saying how to start over") {
         fs::remove_all(out + "/checkpoints");
         const CliRun r = run_train(tmp, resume);
@@ -949,6 +974,42 @@ std::vector<json> metrics_without_timing(const std::string& dir) {
 }
 
 }  // namespace
+
+TEST_CASE("train: a disk that fills up at a checkpoint ends the run with one line, leaves no partial file, and "
+          "--resume gives the uninterrupted run", "[train]") {
+    Corpus corpus(80);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", full = tmp / "full";
+    train_ok(tmp, tiny_flags(corpus, straight) + " --max-steps 2 --checkpoint-every 1", straight, 2);
+    // The disk "fills" at 20-40 KB per file (ulimit -f counts 512- or 1024-byte blocks, by shell): the tokenizer
+    // and run.json fit, the first checkpoint (about 290 KB) does not. write() then fails as on a full disk
+    // (EFBIG instead of ENOSPC; SIGXFSZ ignored, as a full disk sends no signal), on the same path.
+    const std::string err = tmp / "full.stderr";
+    const std::string command = "trap '' XFSZ; ulimit -f 40; " + shell_quote(TF_CLI) + " --threads 1 train " +
+                                tiny_flags(corpus, full) + " --max-steps 2 --checkpoint-every 1 </dev/null >/dev/null 2>" +
+                                shell_quote(err);
+    const int raw = std::system(command.c_str());
+    const std::string log = read_all(err);
+    INFO("stderr: " << log);
+    REQUIRE(WIFEXITED(raw));
+    CHECK(WEXITSTATUS(raw) == 1);
+    const auto lines = split_lines(log);
+    REQUIRE_FALSE(lines.empty());
+    CHECK_THAT(lines.back(), Catch::StartsWith("tapeformer: error: cannot write '" + full + "/" + checkpoint_name(1) + "'"));
+    CHECK_THAT(lines.back(), Catch::Contains("File too large"));
+    for (const auto& entry : fs::recursive_directory_iterator(full))
+        CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+    CHECK_FALSE(fs::exists(full + "/state.json"));
+
+    // With room again, --resume starts the run that never reached its first checkpoint over: the same run.
+    const CliRun r = run_train(tmp, "--resume --out " + shell_quote(full));
+    INFO("resumed: " << r.err);
+    REQUIRE(r.status == 0);
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(full);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(full + "/model.safetensors")));
+}
 
 TEST_CASE("train: --force checks every input before deleting, and deletes only the files training wrote", "[train]") {
     Corpus corpus(80);
@@ -1497,6 +1558,91 @@ TEST_CASE("train: Ctrl-C while the tokenizer trains ends the run before it write
         CHECK(WIFSIGNALED(status));
         CHECK(WTERMSIG(status) == SIGINT);
         CHECK_FALSE(fs::exists(out + "/run.json"));
+    }
+}
+
+namespace {
+// Polls `path` until it holds `marker` (a line the child prints as a phase begins); false after a minute.
+bool wait_for_text(const std::string& path, const std::string& marker) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (read_all(path).find(marker) == std::string::npos) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+}
+}  // namespace
+
+TEST_CASE("train: Ctrl-C during a validation or the final validation ends the run at once with 130, and --resume "
+          "ends as the uninterrupted run", "[train]") {
+    // 10000 validation pairs, BLEU on all: seconds of validation for a tiny model, so that a signal sent when
+    // the child prints "validating at step 2" lands inside it on any machine.
+    const std::string phase = GENERATE(std::string("a validation during training"), std::string("the final validation"));
+    INFO(phase);
+    TempDir tmp;
+    const std::string src = tmp / "train.src", tgt = tmp / "train.tgt", vsrc = tmp / "valid.src", vtgt = tmp / "valid.tgt";
+    write_all(src, join_lines(toy_lines("valid.src", 1000)));
+    write_all(tgt, join_lines(toy_lines("valid.tgt", 1000)));
+    write_all(vsrc, join_lines(toy_lines("train.src", 10000)));
+    write_all(vtgt, join_lines(toy_lines("train.tgt", 10000)));
+    // During training: validations at steps 2 and 4 (the final one). Final: one validation, at step 2.
+    const std::vector<std::string> stop = phase == "the final validation"
+                                              ? std::vector<std::string>{"--max-steps", "2", "--valid-every", "1000"}
+                                              : std::vector<std::string>{"--max-steps", "4", "--valid-every", "2"};
+    auto args = [&](const std::string& out) {
+        std::vector<std::string> a = {TF_CLI, "--threads", "1", "train", "--train-src", src, "--train-tgt", tgt,
+                                      "--valid-src", vsrc, "--valid-tgt", vtgt, "--tokenizer", "word", "--d-model", "32",
+                                      "--heads", "2", "--ffn", "64", "--layers", "1", "--log-every", "1", "--out", out};
+        a.insert(a.end(), stop.begin(), stop.end());
+        return a;
+    };
+    const std::string out = tmp / "run", err = tmp / "child.stderr";
+    Child child(args(out), err);
+    REQUIRE(wait_for_text(err, "validating at step 2 "));
+
+    SECTION("one Ctrl-C: acknowledged, the validation ends after its batch, the run exits 130 owing it") {
+        REQUIRE(::kill(child.pid, SIGINT) == 0);
+        const int status = child.wait_exit(std::chrono::seconds(120));
+        const std::string log = read_all(err);
+        INFO("stderr: " << log);
+        CHECK(status == 130);
+        CHECK_THAT(log, Catch::Contains("interrupted; stopping at the next safe point"));
+        CHECK_THAT(log, Catch::Contains("validation at step 2 interrupted; a resumed run validates this step first"));
+        CHECK_THAT(log, !Catch::Contains("valid @ step"));
+        CHECK_THAT(log, Catch::Contains("interrupted at step 2; checkpoint saved"));
+        CHECK(of_type(read_metrics(out), "valid").empty());
+        const json state = read_state(out);
+        CHECK(state.at("step") == 2);
+        CHECK(state.at("last") == checkpoint_name(2));
+
+        // Resumed, it validates step 2 first and ends as the same run without the interruption.
+        const std::string straight = tmp / "straight", straight_err = tmp / "straight.stderr";
+        Child whole(args(straight), straight_err);
+        REQUIRE(whole.wait_exit(std::chrono::seconds(300)) == 0);
+        const CliRun resumed = run_train(tmp, "--resume --out " + shell_quote(out));
+        INFO("resumed: " << resumed.err);
+        CHECK(resumed.status == 0);
+        const auto a = metrics_without_timing(straight), b = metrics_without_timing(out);
+        REQUIRE(a.size() == b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+        CHECK((read_all(straight + "/model.safetensors") == read_all(out + "/model.safetensors")));
+    }
+    SECTION("a second signal ends the process at once, killed by it") {
+        // Both signals pending while the child is stopped, so that no timing decides whether the second comes
+        // before the run ends: whichever of the two (one handler) runs second finds the run already
+        // interrupted and ends the process at once, killed by its own signal, before any checkpoint.
+        REQUIRE(::kill(child.pid, SIGSTOP) == 0);
+        REQUIRE(::kill(child.pid, SIGINT) == 0);
+        REQUIRE(::kill(child.pid, SIGTERM) == 0);
+        REQUIRE(::kill(child.pid, SIGCONT) == 0);
+        int status = 0;
+        REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
+        child.pid = -1;
+        INFO("stderr: " << read_all(err));
+        CHECK(WIFSIGNALED(status));
+        CHECK((WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM));
+        CHECK_THAT(read_all(err), !Catch::Contains("checkpoint saved"));
+        CHECK_FALSE(fs::exists(out + "/" + checkpoint_name(2)));
     }
 }
 

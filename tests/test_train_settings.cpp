@@ -249,3 +249,39 @@ TEST_CASE("model settings: parameter_count from the config equals the allocated 
                 CHECK(c.parameter_count() == tf::Transformer(c, 1).parameter_count());
             }
 }
+
+TEST_CASE("model settings: parameter_shapes lists exactly the allocated model's parameters", "[nn][settings]") {
+    // What a weights file is checked against before a model is allocated must be what the model allocates.
+    for (tf::Tying tie : {tf::Tying::None, tf::Tying::Decoder, tf::Tying::All})
+        for (tf::NormPosition norm : {tf::NormPosition::Post, tf::NormPosition::Pre})
+            for (tf::PositionalKind positional : {tf::PositionalKind::Sinusoidal, tf::PositionalKind::Learned})
+                for (tf::AttentionScore attention : {tf::AttentionScore::Dot, tf::AttentionScore::Additive})
+                    for (bool output_bias : {false, true}) {
+                        tf::ModelConfig c;
+                        c.src_vocab = c.tgt_vocab = 50;
+                        if (tie == tf::Tying::None) c.tgt_vocab = 40;
+                        c.d_model = 16;
+                        c.heads = 4;
+                        c.ffn = 24;
+                        c.enc_layers = 2;
+                        c.dec_layers = 3;
+                        c.max_len = 32;
+                        c.tie = tie;
+                        c.norm = norm;
+                        c.positional = positional;
+                        c.attention = attention;
+                        c.output_bias = output_bias;
+                        INFO(tf::to_string(tie) << " " << tf::to_string(norm) << " " << tf::to_string(positional) << " "
+                                                << tf::to_string(attention) << " output_bias " << output_bias);
+                        const tf::ParamList params = tf::Transformer(c, 1).parameters();
+                        const std::vector<tf::ParameterShape> shapes = c.parameter_shapes();
+                        REQUIRE(shapes.size() == params.size());
+                        for (std::size_t i = 0; i < params.size(); ++i) {
+                            INFO(params[i].name);
+                            const tf::Shape& s = params[i].tensor.shape();
+                            CHECK(shapes[i].name == params[i].name);
+                            CHECK(shapes[i].shape == std::vector<std::int64_t>(s.dims.begin(), s.dims.begin() + s.rank));
+                            CHECK(shapes[i].dims_from.size() == shapes[i].shape.size());
+                        }
+                    }
+}

@@ -26,9 +26,10 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
                                          std::int64_t* truncated = nullptr);
 
 // Mean label-smoothed loss, NLL and perplexity over all non-pad target tokens (dropout off). Throws
-// std::invalid_argument when there is no target token (the mean of nothing is not a loss).
+// std::invalid_argument when there is no target token (the mean of nothing is not a loss). `progress` is
+// called after each batch with (examples done, total); what it throws ends the computation.
 LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& examples, std::int64_t batch_tokens,
-                               double label_smoothing);
+                               double label_smoothing, const ProgressFn& progress = nullptr);
 
 struct EvalReport {
     BleuScore bleu;

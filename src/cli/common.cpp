@@ -1,11 +1,106 @@
-// State shared by the CLI's subcommands.
+// State and checks shared by the CLI's subcommands.
 #include "tapeformer/cli/commands.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
 
 TF_NAMESPACE_BEGIN
 
 int& command_exit_code() {
     static int code = 0;
     return code;
+}
+
+namespace {
+
+// Levenshtein distance, for "did you mean": a typed subcommand name against the real ones.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diagonal = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t substitution = diagonal + (a[i - 1] != b[j - 1]);
+            diagonal = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitution});
+        }
+    }
+    return row[b.size()];
+}
+
+// CLI11 converts integer flags with strtoll/strtoull without looking at errno: a value past the type's
+// range saturates (--batch-tokens 99999999999999999999 became 9223372036854775807) and "-1" for an
+// unsigned flag wraps to 18446744073709551615. This check sees the text first and refuses both, quoting
+// the value as typed. (An `int` flag's narrower range CLI11 refuses itself: "Could not convert".)
+CLI::Validator integer_fits(bool is_unsigned) {
+    return CLI::Validator(
+        [is_unsigned](std::string& text) -> std::string {
+            const std::size_t digits_from = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+            if (text.size() == digits_from || text.find_first_not_of("0123456789", digits_from) != std::string::npos)
+                return {};  // not a plain integer: CLI11's conversion reports it
+            if (is_unsigned && text[0] == '-') return "must be a non-negative integer, got " + text;
+            errno = 0;
+            if (is_unsigned) (void)std::strtoull(text.c_str(), nullptr, 10);
+            else (void)std::strtoll(text.c_str(), nullptr, 10);
+            if (errno == ERANGE)
+                return "must be an integer in [" +
+                       (is_unsigned ? std::string("0, 18446744073709551615") : std::string("-9223372036854775808, 9223372036854775807")) +
+                       "], got " + text;
+            return {};
+        },
+        "");
+}
+
+}  // namespace
+
+void check_integer_flags(CLI::App& app) {
+    for (CLI::Option* option : app.get_options()) {
+        const std::string type = option->get_type_name();
+        if (type.rfind("INT", 0) == 0) option->check(integer_fits(false));
+        else if (type.rfind("UINT", 0) == 0) option->check(integer_fits(true));
+    }
+    for (CLI::App* sub : app.get_subcommands({})) {
+        // `tapeformer train` reads its flags as text through the settings table, which checks each against
+        // the setting's own bounds, overflow included ("--max-steps: must be an integer in [0, 1e+12]").
+        if (sub->get_name() == "train" && !app.get_parent()) continue;
+        check_integer_flags(*sub);
+    }
+}
+
+void check_subcommand_name(const CLI::App& app, int argc, const char* const* argv) {
+    const CLI::App* level = &app;
+    for (int i = 1; i < argc; ++i) {
+        const std::string word = argv[i];
+        if (word == "--") return;
+        if (word.empty() || word[0] == '-') {
+            // A flag of this level that takes a value (--threads 2) consumes the next word.
+            const std::string name = word.substr(0, word.find('='));
+            const CLI::Option* option = word.find('=') == std::string::npos ? level->get_option_no_throw(name) : nullptr;
+            if (option && option->get_expected_min() > 0) ++i;  // a flag (--raw) expects none
+            continue;
+        }
+        const auto subcommands = level->get_subcommands([](const CLI::App*) { return true; });
+        if (subcommands.empty()) return;  // a leaf: the rest are its flags' values and positionals
+        const CLI::App* found = nullptr;
+        std::string closest;
+        std::size_t best = std::string::npos;
+        for (const CLI::App* sub : subcommands) {
+            if (sub->get_name() == word) found = sub;
+            const std::size_t d = edit_distance(word, sub->get_name());
+            if (d < best) best = d, closest = sub->get_name();
+        }
+        if (!found) {
+            std::string where = "tapeformer";
+            for (const CLI::App* p = level; p->get_parent(); p = p->get_parent()) where = "tapeformer " + p->get_name();
+            throw std::invalid_argument("unknown subcommand '" + word + "' of `" + where + "`" +
+                                        (best <= 2 ? " (did you mean '" + closest + "'?)" : std::string()) +
+                                        "; see " + where + " --help");
+        }
+        level = found;
+    }
 }
 
 TF_NAMESPACE_END

@@ -35,6 +35,8 @@ void add_encode_command(CLI::App& app) {
         ->capture_default_str();
     cmd->callback([opt]() {
         std::error_code ec;
+        if (std::filesystem::exists(opt->model_dir, ec) && !std::filesystem::is_directory(opt->model_dir, ec))
+            throw std::runtime_error("--model '" + opt->model_dir + "' is a file; expected a model directory");
         if (!std::filesystem::is_directory(opt->model_dir, ec))
             throw std::runtime_error("model directory '" + opt->model_dir + "' does not exist");
         const TokenizerPair tokenizers = TokenizerPair::load(opt->model_dir);

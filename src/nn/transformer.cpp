@@ -80,6 +80,64 @@ std::int64_t ModelConfig::parameter_count() const {
     return n;
 }
 
+// The same walk as the constructors and parameters() below, on shapes only. The test "model settings:
+// parameter_shapes lists exactly the allocated model's parameters" keeps the two in step.
+std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
+    const std::int64_t C = d_model, F = ffn, H = heads, D = d_model / heads;
+    std::vector<ParameterShape> out;
+    // dims: (extent, the setting it follows from) pairs.
+    auto add = [&](const std::string& name, std::vector<std::pair<std::int64_t, const char*>> dims, const char* because) {
+        ParameterShape p{name, {}, {}, because};
+        for (const auto& [extent, setting] : dims) {
+            p.shape.push_back(extent);
+            p.dims_from.push_back(setting);
+        }
+        out.push_back(std::move(p));
+    };
+    auto layer_norm = [&](const std::string& prefix, const char* because) {
+        add(prefix + "weight", {{C, "d_model"}}, because);  // (C)
+        add(prefix + "bias", {{C, "d_model"}}, because);    // (C)
+    };
+    auto attention_block = [&](const std::string& prefix, const char* because) {
+        add(prefix + "in_proj_weight", {{3 * C, "d_model"}, {C, "d_model"}}, because);  // (3C, C)
+        add(prefix + "in_proj_bias", {{3 * C, "d_model"}}, because);                    // (3C)
+        add(prefix + "out_proj.weight", {{C, "d_model"}, {C, "d_model"}}, because);     // (C, C)
+        add(prefix + "out_proj.bias", {{C, "d_model"}}, because);                       // (C)
+        if (attention == AttentionScore::Additive) add(prefix + "score_v", {{H, "heads"}, {D, "heads"}}, "attention");  // (H, D)
+    };
+    auto feed_forward = [&](const std::string& prefix, const char* because) {
+        add(prefix + "linear1.weight", {{F, "ffn"}, {C, "d_model"}}, because);  // (F, C)
+        add(prefix + "linear1.bias", {{F, "ffn"}}, because);                    // (F)
+        add(prefix + "linear2.weight", {{C, "d_model"}, {F, "ffn"}}, because);  // (C, F)
+        add(prefix + "linear2.bias", {{C, "d_model"}}, because);                // (C)
+    };
+
+    add("src_embed.weight", {{src_vocab, "src_vocab"}, {C, "d_model"}}, "");  // (V_src, C)
+    add("tgt_embed.weight", {{tgt_vocab, "tgt_vocab"}, {C, "d_model"}}, "");  // (V_tgt, C)
+    if (positional == PositionalKind::Learned) add("positional.weight", {{max_len, "max_len"}, {C, "d_model"}}, "positional");
+    for (std::int64_t i = 0; i < enc_layers; ++i) {
+        const std::string prefix = "encoder.layers." + std::to_string(i) + ".";
+        attention_block(prefix + "self_attn.", "enc_layers");
+        feed_forward(prefix, "enc_layers");
+        layer_norm(prefix + "norm1.", "enc_layers");
+        layer_norm(prefix + "norm2.", "enc_layers");
+    }
+    if (norm == NormPosition::Pre) layer_norm("encoder.norm.", "norm");
+    for (std::int64_t i = 0; i < dec_layers; ++i) {
+        const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
+        attention_block(prefix + "self_attn.", "dec_layers");
+        attention_block(prefix + "multihead_attn.", "dec_layers");
+        feed_forward(prefix, "dec_layers");
+        layer_norm(prefix + "norm1.", "dec_layers");
+        layer_norm(prefix + "norm2.", "dec_layers");
+        layer_norm(prefix + "norm3.", "dec_layers");
+    }
+    if (norm == NormPosition::Pre) layer_norm("decoder.norm.", "norm");
+    add("generator.weight", {{tgt_vocab, "tgt_vocab"}, {C, "d_model"}}, "");  // (V_tgt, C), tied or not
+    if (output_bias) add("generator.bias", {{tgt_vocab, "tgt_vocab"}}, "output_bias");  // (V_tgt)
+    return out;
+}
+
 // The model's settings, once: the train command's flags and config.toml names (name), the keys of the
 // weights file's metadata and run.json (key), and the range each may take. Sizes are bounded so that an
 // edited file cannot ask for terabytes; validate() checks how they fit together.

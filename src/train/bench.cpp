@@ -321,6 +321,11 @@ void BenchTrainOptions::validate() const {
     positive("--src-len", src_len);
     positive("--tgt-len", tgt_len);
     positive("--eval-reps", eval_reps);
+    // Bounded as train's --batch-tokens is: a typo of a few digits must not ask for terabytes.
+    constexpr std::int64_t kMaxBatchTokens = 100000000;
+    if (batch > kMaxBatchTokens / std::max(src_len, tgt_len))
+        throw std::invalid_argument("bench train: --batch " + std::to_string(batch) + " of " + std::to_string(std::max(src_len, tgt_len)) +
+                                    " tokens (--src-len / --tgt-len) exceeds " + std::to_string(kMaxBatchTokens) + " tokens per batch");
     if (vocab <= kFirstWord)
         throw std::invalid_argument("bench train: --vocab must exceed " + std::to_string(kFirstWord) +
                                     " (ids below it are special), got " + std::to_string(vocab));

@@ -2,11 +2,14 @@
 #include "tapeformer/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 
+#include "tapeformer/error.h"
 #include "tapeformer/io.h"
 #include "tapeformer/safetensors.h"
 
@@ -73,6 +76,53 @@ void check_same_config(const SafetensorsFile& file, const Transformer& model) {
         if (a.at(key) != value)
             throw std::runtime_error(file.path + ": model setting " + key + " is " + a.at(key) + " in the file but " +
                                      value + " in this run");
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string s = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + ")";
+}
+
+// The settings in the metadata must describe the tensors in the file. Checked before a model of that
+// config is allocated: metadata edited to d_model 16384 (and the checksum recomputed) is refused in one
+// line naming the file, the setting and the tensor, not after allocating gigabytes or by std::bad_alloc.
+// `weights` holds the model's tensors only (a checkpoint's optimizer state split off).
+void check_config_fits_tensors(const SafetensorsFile& weights, const ModelConfig& config) {
+    const std::map<std::string, std::string> value = config.to_metadata();  // "d_model" -> "32"
+    auto setting = [&](const std::string& key) { return "model setting " + key + " " + value.at(key); };
+    std::set<std::string> expected;
+    for (const ParameterShape& p : config.parameter_shapes()) {
+        expected.insert(p.name);
+        auto it = weights.tensors.find(p.name);
+        if (it == weights.tensors.end()) {
+            if (p.exists_because.empty()) fail<std::runtime_error>(weights.path, "no tensor '" + p.name + "'");
+            fail<std::runtime_error>(weights.path, setting(p.exists_because) + " needs tensor '" + p.name + "', which the file lacks");
+        }
+        const std::vector<std::int64_t>& shape = it->second.shape;
+        if (shape == p.shape) continue;
+        std::size_t d = 0;  // the first extent that differs names the setting (a wrong rank: the first one's)
+        while (shape.size() == p.shape.size() && shape[d] == p.shape[d]) ++d;
+        fail<std::runtime_error>(weights.path, setting(p.dims_from[d]) + " does not fit tensor '" + p.name + "' of shape " +
+                                               shape_text(shape) + " (the metadata's settings give " + shape_text(p.shape) + ")");
+    }
+    // A tensor the config has no place for: the setting that would give a model that tensor (more layers,
+    // output_bias, pre-norm, learned positions, additive attention) is the one the metadata got wrong.
+    for (const auto& [name, entry] : weights.tensors) {
+        if (expected.count(name)) continue;
+        ModelConfig widest = config;
+        widest.enc_layers = widest.dec_layers =
+            static_cast<std::int64_t>(find_setting(ModelConfig::settings(), "enc_layers", /*by_key=*/true)->hi);
+        widest.output_bias = true;
+        widest.norm = NormPosition::Pre;
+        widest.positional = PositionalKind::Learned;
+        widest.attention = AttentionScore::Additive;
+        for (const ParameterShape& p : widest.parameter_shapes())
+            if (p.name == name && !p.exists_because.empty())
+                fail<std::runtime_error>(weights.path, "tensor '" + name + "' is in the file, but " + setting(p.exists_because) +
+                                                       " gives the model no such tensor");
+        fail<std::runtime_error>(weights.path, "unexpected tensor '" + name + "' (no model setting gives a model that tensor)");
+    }
 }
 
 // A training checkpoint's tensors split into the model's weights and the optimizer's state.
@@ -149,7 +199,20 @@ TrainState train_state_from_json(const std::string& text) {
         s.target_tokens = j.at("target_tokens").get<std::int64_t>();
         s.skipped_empty = j.value("skipped_empty", std::int64_t(0));
         s.filtered_long = j.value("filtered_long", std::int64_t(0));
-        if (s.step < 0 || s.epoch < 0 || s.batch_in_epoch < 0) throw std::runtime_error("negative position");
+        // Values no run reaches: a resumed run would act on them (skip a validation it owes, report
+        // a best step from its future, a negative time), so they are refused here.
+        auto refuse = [](const std::string& what) { throw std::runtime_error(what); };
+        if (s.step < 0 || s.epoch < 0 || s.batch_in_epoch < 0) refuse("negative position");
+        if (s.best_step < -1 || s.best_step > s.step)
+            refuse("best_step " + std::to_string(s.best_step) + " is not -1 or a step up to step " + std::to_string(s.step));
+        if (s.valid_step < -1 || s.valid_step > s.step)
+            refuse("valid_step " + std::to_string(s.valid_step) + " is not -1 or a step up to step " + std::to_string(s.step));
+        if (!std::isfinite(s.train_seconds) || s.train_seconds < 0)
+            refuse("train_seconds " + std::to_string(s.train_seconds) + " is not a time");
+        if (!std::isfinite(s.best_score)) refuse("best_score is not finite");
+        for (auto [key, count] : {std::pair<const char*, std::int64_t>{"target_tokens", s.target_tokens},
+                                  {"skipped_empty", s.skipped_empty}, {"filtered_long", s.filtered_long}})
+            if (count < 0) refuse(std::string(key) + " " + std::to_string(count) + " is negative");
         return s;
     } catch (const std::exception& e) {
         throw std::runtime_error(std::string("training state is malformed: ") + e.what());
@@ -195,6 +258,7 @@ TrainState load_training_checkpoint(const std::string& path, Transformer& model,
         throw std::runtime_error(path + ": " + e.what());
     }
     const auto [weights, optim] = split_checkpoint(file);
+    check_config_fits_tensors(weights, model.config);
     load_into(model.parameters(), weights, /*strict=*/true);
     std::vector<NamedTensor> optim_state;
     for (const auto& [name, entry] : optim.tensors) optim_state.push_back({name, optim.tensor(name)});
@@ -246,6 +310,7 @@ ModelBundle load_model_dir(const std::string& path) {
     } catch (const std::exception& e) {
         throw std::runtime_error(weights_path + ": " + e.what());
     }
+    check_config_fits_tensors(file, config);  // before the model is allocated
     bundle.model = std::make_unique<Transformer>(config);
     load_into(bundle.model->parameters(), file, /*strict=*/true);
     bundle.tokenizers = TokenizerPair::load(dir);

@@ -50,14 +50,14 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
 }
 
 LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& examples, std::int64_t batch_tokens,
-                               double label_smoothing) {
+                               double label_smoothing, const ProgressFn& progress) {
     NoGradGuard no_grad;
     BatcherOptions options;
     options.batch_tokens = batch_tokens;
     options.shuffle = false;
     Batcher batcher(examples, options);
     double loss_sum = 0, nll_sum = 0;
-    std::int64_t tokens = 0;
+    std::int64_t tokens = 0, done = 0;
     for (const auto& indices : batcher.epoch_plan(0)) {
         const Batch b = batcher.batch(indices);
         LossReport r;
@@ -66,6 +66,8 @@ LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& e
         loss_sum += r.loss * double(r.tokens);
         nll_sum += r.nll * double(r.tokens);
         tokens += r.tokens;
+        done += b.B;
+        if (progress) progress(done, static_cast<std::int64_t>(examples.size()));
     }
     // No token at all would read as loss 0 and perplexity 1, a perfect model: refuse instead.
     if (tokens == 0)

@@ -380,7 +380,8 @@ private:
     std::string resume_checkpoint();
     void train_step(const Batch& batch);
     void log_progress(bool force_line);
-    void validate();
+    bool validate();  // false when a signal interrupted it (nothing of it kept: the run still owes it)
+    void validate_now(const ProgressFn& after_each_batch);  // validate()'s work
     void checkpoint();              // writes one unless the newest already holds this state
     bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
     double eta_seconds() const;
@@ -609,6 +610,14 @@ void Trainer::build_model() {
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
         try {
             state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_));
+            // The state must be the one this file's name and this run's data allow.
+            if (state_.step != checkpoint_step(resume_from_))
+                throw std::runtime_error(path + ": its training state is at step " + std::to_string(state_.step) +
+                                         ", not at the step its name gives (" + std::to_string(checkpoint_step(resume_from_)) + ")");
+            if (state_.batch_in_epoch > batcher_->num_batches())
+                throw std::runtime_error(path + ": its training state is at batch " + std::to_string(state_.batch_in_epoch) +
+                                         " of an epoch, but the run's training data gives " +
+                                         std::to_string(batcher_->num_batches()) + " batches per epoch");
         } catch (const std::runtime_error& e) {
             if (manifest_.kept.size() < 2) throw;
             const std::string& older = manifest_.kept[manifest_.kept.size() - 2];
@@ -774,18 +783,38 @@ void Trainer::log_progress(bool force_line) {
     window_tokens_ = window_steps_ = 0;
 }
 
-void Trainer::validate() {
-    if (valid_examples_.empty() || state_.valid_step == state_.step) return;
-    state_.valid_step = state_.step;
+// A signal during validation ends it after the batch under way: a large validation set must not keep a
+// Ctrl-C waiting for minutes. Nothing of an interrupted validation is kept (valid_step stays as it was),
+// so the checkpoint still owes it and the resumed run validates this step first.
+bool Trainer::validate() {
+    if (valid_examples_.empty() || state_.valid_step == state_.step) return true;
     if (bar_) log_ << "\r\033[K";
+    log_ << "validating at step " << state_.step << " (" << valid_examples_.size() << " pairs"
+         << (c_.valid_bleu ? ", BLEU of " + std::to_string(valid_src_lines_.size()) + " sentences" : std::string()) << ")\n";
+    struct Interrupted {};
+    const ProgressFn stop_on_signal = [](std::int64_t, std::int64_t) {
+        if (g_signal.load()) throw Interrupted{};
+    };
+    try {
+        validate_now(stop_on_signal);
+    } catch (const Interrupted&) {
+        log_ << "validation at step " << state_.step << " interrupted; a resumed run validates this step first\n";
+        return false;
+    }
+    return true;
+}
+
+void Trainer::validate_now(const ProgressFn& after_each_batch) {
     const auto t0 = Clock::now();
-    const LossReport loss = teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing);
+    const LossReport loss =
+        teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing, after_each_batch);
     nlohmann::json j = {{"type", "valid"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"valid_loss", loss.loss},
                         {"valid_nll", loss.nll}, {"valid_ppl", loss.ppl}, {"elapsed", state_.train_seconds}};
     double score = -loss.loss;
     std::string bleu_text;
     if (c_.valid_bleu) {
-        const auto hyps = translate_lines(*model_, tokenizers_, valid_src_lines_, DecodeOptions{}, c_.data.batch_tokens);
+        const auto hyps = translate_lines(*model_, tokenizers_, valid_src_lines_, DecodeOptions{}, c_.data.batch_tokens,
+                                          after_each_batch);
         std::vector<std::string> refs;
         for (const auto& r : valid_ref_lines_) refs.emplace_back(trim(r));
         const BleuScore bleu = corpus_bleu(hyps, refs);
@@ -794,6 +823,7 @@ void Trainer::validate() {
         bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score);
         result_.best_valid_bleu = std::max(result_.best_valid_bleu, bleu.score);
     }
+    state_.valid_step = state_.step;  // done: from here on nothing can be interrupted
     result_.best_valid_loss = result_.best_valid_loss < 0 ? loss.loss : std::min(result_.best_valid_loss, loss.loss);
     const bool improved = state_.best_step < 0 || score > state_.best_score;
     if (improved) {
@@ -877,6 +907,10 @@ TrainResult Trainer::run() {
     // A checkpoint at an epoch's last batch was saved before the epoch ended: a resumed run ends it first,
     // as the run did, whatever its stopping rule says.
     if (state_.batch_in_epoch >= batcher_->num_batches()) end_epoch();
+    // A validation interrupted by a signal is owed: the resumed run makes it before its next step.
+    const bool validation_due = c_.valid_every ? state_.step > 0 && state_.step % c_.valid_every == 0
+                                               : state_.epoch > 0 && state_.batch_in_epoch == 0;
+    if (c_.resume && validation_due) validate();
     std::string reason = stop_reason();
     while (reason.empty()) {
         if (c_.overfit_batch) {  // one batch, one endless epoch (validate() asks for --max-steps or --time-budget)
@@ -904,8 +938,11 @@ TrainResult Trainer::run() {
     log_progress(true);
     result_.interrupted = reason == "interrupted";
     // The run ends with a validation of its last weights (unless interrupted: the resumed run owes it).
-    if (!result_.interrupted) validate();
-    if (c_.resume && state_.step == first_step && !unsaved_changes()) {
+    if (!result_.interrupted && !validate()) {
+        result_.interrupted = true;
+        reason = "interrupted";
+    }
+    if (c_.resume && state_.step == first_step && !unsaved_changes() && !result_.interrupted) {
         // Resumed a run that had already reached its stopping rule and validated: nothing to rewrite.
         log_ << "the run in " << dir_ << " already reached its stopping rule at step " << state_.step
              << "; extend it with --max-steps, --epochs or --time-budget\n";

@@ -33,6 +33,14 @@ void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& bat
 // A progress callback (done, total) redrawing one line on stderr when it is a terminal; empty otherwise.
 std::function<void(std::int64_t, std::int64_t)> terminal_progress(const std::string& what);
 
+// Adds to every integer flag of `app` and its subcommands a check that the value fits its type: CLI11 alone
+// saturates an overflowing value and wraps a negative one for an unsigned flag. Call after adding them all.
+// (train's flags are checked by its settings table instead.)
+void check_integer_flags(CLI::App& app);
+// Throws std::invalid_argument naming the first word of argv that stands where a subcommand of `app` (or
+// of the subcommand before it) should be and is none, with the closest name when one is near.
+void check_subcommand_name(const CLI::App& app, int argc, const char* const* argv);
+
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();
 

@@ -26,6 +26,15 @@ TF_NAMESPACE_BEGIN
 enum class NormPosition { Post, Pre };
 enum class Tying { None, Decoder, All };
 
+// A parameter as a configuration predicts it, without allocating it: what a weights file's tensors are
+// checked against before a model is built from the file's metadata.
+struct ParameterShape {
+    std::string name;                    // as Transformer::parameters() names it
+    std::vector<std::int64_t> shape;
+    std::vector<std::string> dims_from;  // the setting (metadata key) each extent follows from: "d_model", ...
+    std::string exists_because;          // the setting that gives the model this parameter ("" = every model has it)
+};
+
 struct ModelConfig {
     std::int64_t src_vocab = 8000;    // V of the source side (with the special tokens)
     std::int64_t tgt_vocab = 8000;    // V of the target side; must equal src_vocab when tie == All
@@ -53,6 +62,8 @@ struct ModelConfig {
     void validate() const;
     // Weights this configuration allocates (a tied table counted once), computed without allocating.
     std::int64_t parameter_count() const;
+    // Every parameter Transformer(*this).parameters() lists, in its order, computed without allocating.
+    std::vector<ParameterShape> parameter_shapes() const;
     // Every setting above with its name, bounds and help: the one table that flags, run.json and the
     // weights file's metadata are read and written through (settings.h).
     static const std::vector<Setting<ModelConfig>>& settings();
