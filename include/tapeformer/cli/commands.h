@@ -32,6 +32,11 @@ void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& bat
 // A progress callback (done, total) redrawing one line on stderr when it is a terminal; empty otherwise.
 std::function<void(std::int64_t, std::int64_t)> terminal_progress(const std::string& what);
 
+// --precision fp32|bf16 (translate, eval, bench train; train has it in its settings table), and setting it
+// for the process: bf16 on a CPU without bf16 instructions prints one note on stderr and runs fp32.
+CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision);
+void apply_precision(const std::string& precision);
+
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();
 
