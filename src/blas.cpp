@@ -1,6 +1,7 @@
 // BLAS and thread settings. This is the one file that includes cblas.h and dnnl.hpp (and omp.h outside
 // kernels).
 #include "tapeformer/blas.h"
+#include "tapeformer/parallel.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -116,6 +117,19 @@ void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::in
     }
 }
 
+// x (rows, cols) with row stride ld -> out (rows, cols), dense: the values rounded to bf16, held as floats.
+void round_through_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, float* out) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;
+        float* o = out + r * cols;
+#pragma omp simd
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const std::uint32_t u = std::uint32_t(to_bf16(xr[c])) << 16;
+            std::memcpy(o + c, &u, sizeof u);
+        }
+    }
+}
+
 // OpenMP's thread count for oneDNN is 1 while one of these lives (the calling thread's setting only).
 struct OneThread {
     int saved = omp_get_max_threads();
@@ -197,6 +211,28 @@ std::string set_precision(Precision p) {
 
 Precision precision() { return g_precision; }
 
+// Products below kSmallProduct multiply-adds (attention's per-head 20×64·64×20, and everything in toy
+// models): A and B rounded to bf16 but held as floats, multiplied by sgemm. A product of two bf16 values is
+// exact in fp32 and the sums are fp32, so this computes what oneDNN's bf16 kernel computes (up to the order
+// of the sums), without its cost per call, which for these sizes exceeds the product itself (the backward
+// of attention's products: 110 ms a step through oneDNN's batched bf16 matmul, 28 ms this way, default
+// bench config). Each product is one single-threaded call; `threaded` shares them out among the threads.
+[[maybe_unused]] static void bf16_small_products(bool ta, bool tb, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
+                                                   float alpha, const float* A, std::int64_t lda, std::int64_t a_step, const float* B,
+                                                   std::int64_t ldb, std::int64_t b_step, float beta, float* C, std::int64_t ldc,
+                                                   std::int64_t c_step, bool threaded) {
+    const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+#pragma omp parallel for schedule(static) if (threaded)
+    for (std::int64_t i = 0; i < batch; ++i) {
+        thread_local std::vector<float> a_r, b_r;  // this thread's rounded copies of A_i and B_i
+        a_r.resize(std::size_t(a_rows * a_cols));
+        b_r.resize(std::size_t(b_rows * b_cols));
+        round_through_bf16(A + i * a_step, a_rows, a_cols, lda, a_r.data());
+        round_through_bf16(B + i * b_step, b_rows, b_cols, ldb, b_r.data());
+        gemm_impl(ta, tb, M, N, K, alpha, a_r.data(), a_cols, b_r.data(), b_cols, beta, C + i * c_step, ldc);
+    }
+}
+
 // C = α·op(A)·op(B) + β·C with A and B rounded to bf16; M, N, K > 0.
 [[maybe_unused]] static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                                        const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
@@ -236,7 +272,11 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
         return;
     }
 #ifndef TAPEFORMER_F64
-    if (g_precision == Precision::BF16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (g_precision == Precision::BF16) {
+        if (M * N * K < kSmallProduct)
+            return bf16_small_products(ta, tb, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, false);
+        return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
 #endif
     const Tiling t = tiling(M, N, K);
     const std::int64_t tiles = t.row_tiles * t.col_tiles;
@@ -257,6 +297,20 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
     // that OpenBLAS does not split it by the thread count.
 #pragma omp parallel for schedule(static)
     for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
+}
+
+void gemm_batched(bool ta, bool tb, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
+                  const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
+                  std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step) {
+    const bool small = batch > 1 && M * N * K < kSmallProduct;
+    const bool threaded = small && batch * M * N * K >= kParallelGrain && !omp_in_parallel();
+#ifndef TAPEFORMER_F64
+    if (small && g_precision == Precision::BF16 && M > 0 && N > 0 && K > 0)
+        return bf16_small_products(ta, tb, batch, M, N, K, alpha, A, lda, a_step, B, ldb, b_step, beta, C, ldc, c_step, threaded);
+#endif
+#pragma omp parallel for schedule(static) if (threaded)
+    for (std::int64_t i = 0; i < batch; ++i)
+        gemm(ta, tb, M, N, K, alpha, A + i * a_step, lda, B + i * b_step, ldb, beta, C + i * c_step, ldc);
 }
 
 void gemm_reference(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
