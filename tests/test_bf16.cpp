@@ -260,6 +260,13 @@ TEST_CASE("bench train: --precision and --bf16, and the one-line fallback withou
         CHECK(out.find("precision bf16: this CPU has no bf16 instructions") != std::string::npos);
         CHECK(out.find("\"precision\":\"fp32\"") != std::string::npos);
     }
+    // train has it in its settings table (so in config.toml and run.json), translate and eval as a flag.
+    for (const std::string command : {"train", "translate", "eval"}) {
+        INFO(command);
+        const std::string out = tmp / "help";
+        CHECK(std::system((tf_test::shell_quote(TF_CLI) + " " + command + " --help >" + tf_test::shell_quote(out)).c_str()) == 0);
+        CHECK(tf_test::read_all(out).find("--precision") != std::string::npos);
+    }
     if (skip_without_bf16()) return;
     for (const std::string flag : {" --bf16", " --precision bf16"}) {
         const auto [status, out, err] = run("", flag);
