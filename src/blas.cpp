@@ -86,8 +86,8 @@ Tiling tiling(std::int64_t M, std::int64_t N, std::int64_t K) {
 }  // namespace
 
 // ---- bf16 products through oneDNN -------------------------------------------------------------------------
-// gemm_bf16 rounds the stored operands to bf16 once (same layout, dense rows), then runs the tiles of C
-// above, each as one oneDNN matmul primitive (bf16 × bf16 → fp32, α as output scale, β as a sum post-op)
+// gemm_bf16 (products of 2^18 multiply-adds and more) rounds the stored operands to bf16 once (same layout,
+// dense rows), then runs the tiles of C above, each as one oneDNN matmul primitive (bf16 × bf16 → fp32, α as output scale, β as a sum post-op)
 // created and executed with OpenMP's thread count set to 1 on the calling thread: oneDNN then neither
 // splits a tile by the thread count nor opens a region of its own, so a tile is computed the same way on
 // any thread count, as with sgemm.
@@ -217,10 +217,11 @@ Precision precision() { return g_precision; }
 // of the sums), without its cost per call, which for these sizes exceeds the product itself (the backward
 // of attention's products: 110 ms a step through oneDNN's batched bf16 matmul, 28 ms this way, default
 // bench config). Each product is one single-threaded call; `threaded` shares them out among the threads.
-[[maybe_unused]] static void bf16_small_products(bool ta, bool tb, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
-                                                   float alpha, const float* A, std::int64_t lda, std::int64_t a_step, const float* B,
-                                                   std::int64_t ldb, std::int64_t b_step, float beta, float* C, std::int64_t ldc,
-                                                   std::int64_t c_step, bool threaded) {
+[[maybe_unused]] static void bf16_small_products(bool ta, bool tb, std::int64_t batch, std::int64_t M,
+                                                 std::int64_t N, std::int64_t K, float alpha, const float* A,
+                                                 std::int64_t lda, std::int64_t a_step, const float* B,
+                                                 std::int64_t ldb, std::int64_t b_step, float beta, float* C,
+                                                 std::int64_t ldc, std::int64_t c_step, bool threaded) {
     const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
 #pragma omp parallel for schedule(static) if (threaded)
     for (std::int64_t i = 0; i < batch; ++i) {
@@ -306,7 +307,8 @@ void gemm_batched(bool ta, bool tb, std::int64_t batch, std::int64_t M, std::int
     const bool threaded = small && batch * M * N * K >= kParallelGrain && !omp_in_parallel();
 #ifndef TAPEFORMER_F64
     if (small && g_precision == Precision::BF16 && M > 0 && N > 0 && K > 0)
-        return bf16_small_products(ta, tb, batch, M, N, K, alpha, A, lda, a_step, B, ldb, b_step, beta, C, ldc, c_step, threaded);
+        return bf16_small_products(ta, tb, batch, M, N, K, alpha, A, lda, a_step, B, ldb, b_step, beta, C, ldc, c_step,
+                                   threaded);
 #endif
 #pragma omp parallel for schedule(static) if (threaded)
     for (std::int64_t i = 0; i < batch; ++i)
