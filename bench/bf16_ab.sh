@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A B A B: tapeformer bench train fp32 vs bf16, same flags, printing median ms/step, CPU ms/step, tgt tok/s
-bin=/work/wt-bf16/build/apps/tapeformer
+# Usage: bench/bf16_ab.sh THREADS ROUNDS [more bench train flags]. A B A B: tapeformer bench train fp32 vs bf16, same flags, printing median ms/step, CPU ms/step, tgt tok/s
+bin=${TAPEFORMER:-build/apps/tapeformer}
 threads=$1; rounds=$2; shift 2
 for ((r=1; r<=rounds; r++)); do
   for p in fp32 bf16; do
