@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev   # OpenBLAS built on OpenMP: one thread pool shared with our own kernels
+  libdnnl-dev              # oneDNN: the bf16 matrix products of --precision bf16
+  ocl-icd-opencl-dev       # only recommended by libdnnl-dev, but its CMake config requires OpenCL
   catch2                   # Catch2 v2, single header
   libcli11-dev             # command-line parsing
   libsentencepiece-dev     # subword tokenization

@@ -1,10 +1,18 @@
-// BLAS and thread settings. This is the one file that includes cblas.h (and omp.h outside kernels).
+// BLAS and thread settings. This is the one file that includes cblas.h and dnnl.hpp (and omp.h outside
+// kernels).
 #include "tapeformer/blas.h"
+#include "tapeformer/parallel.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
+#include <map>
+#include <stdexcept>
 #include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include <unistd.h>
 
@@ -77,6 +85,185 @@ Tiling tiling(std::int64_t M, std::int64_t N, std::int64_t K) {
 
 }  // namespace
 
+// ---- bf16 products through oneDNN -------------------------------------------------------------------------
+// gemm_bf16 (products of 2^18 multiply-adds and more) rounds the stored operands to bf16 once (same layout,
+// dense rows), then runs the tiles of C above, each as one oneDNN matmul primitive (bf16 × bf16 → fp32, α as output scale, β as a sum post-op)
+// created and executed with OpenMP's thread count set to 1 on the calling thread: oneDNN then neither
+// splits a tile by the thread count nor opens a region of its own, so a tile is computed the same way on
+// any thread count, as with sgemm.
+namespace {
+
+using bf16_t = std::uint16_t;  // the upper half of an fp32: sign, 8 exponent bits, 7 mantissa bits
+
+Precision g_precision = Precision::FP32;
+
+// Round to nearest, ties to even (what PyTorch's .to(torch.bfloat16) and AVX512-BF16's vcvtneps2bf16 do);
+// a NaN stays a quiet NaN instead of rounding up into an infinity.
+inline bf16_t to_bf16(float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return bf16_t((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+// x (rows, cols) with row stride ld -> out (rows, cols), dense.
+void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (std::int64_t(1) << 16) && !omp_in_parallel())
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;
+        bf16_t* o = out + r * cols;
+#pragma omp simd
+        for (std::int64_t c = 0; c < cols; ++c) o[c] = to_bf16(xr[c]);
+    }
+}
+
+// x (rows, cols) with row stride ld -> out (rows, cols), dense: the values rounded to bf16, held as floats.
+void round_through_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, float* out) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;
+        float* o = out + r * cols;
+#pragma omp simd
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const std::uint32_t u = std::uint32_t(to_bf16(xr[c])) << 16;
+            std::memcpy(o + c, &u, sizeof u);
+        }
+    }
+}
+
+// OpenMP's thread count for oneDNN is 1 while one of these lives (the calling thread's setting only).
+struct OneThread {
+    int saved = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(saved); }
+};
+
+const dnnl::engine& cpu_engine() {
+    static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+// One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 with row strides lda, ldb as stored.
+using TileKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           std::int64_t, float, float>;
+
+dnnl::matmul make_tile_primitive(const TileKey& key) {
+    using dt = dnnl::memory::data_type;
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta] = key;
+    const dnnl::memory::desc a_md({m, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+    const dnnl::memory::desc b_md({K, n}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+    const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+        dnnl::post_ops ops;
+        ops.append_sum(beta);
+        attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+    if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
+        std::fprintf(stderr, "bf16 tile %c%c m=%lld n=%lld K=%lld: %s\n", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
+                     (long long)n, (long long)K, pd.impl_info_str());
+    return dnnl::matmul(pd);
+}
+
+void bf16_tile(const TileKey& key, const bf16_t* A, const bf16_t* B, float* C) {
+    // Each thread keeps its own primitives and stream: no locks, and no primitive runs on two threads at once.
+    thread_local std::map<TileKey, dnnl::matmul> primitives;
+    thread_local dnnl::stream stream(cpu_engine());
+    OneThread one_thread;
+    auto it = primitives.find(key);
+    if (it == primitives.end()) it = primitives.emplace(key, make_tile_primitive(key)).first;
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta] = key;
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory a({{m, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1}}, cpu_engine(),
+                         const_cast<bf16_t*>(A));
+    const dnnl::memory b({{K, n}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1}}, cpu_engine(),
+                         const_cast<bf16_t*>(B));
+    const dnnl::memory c({{m, n}, dt::f32, dnnl::memory::dims{ldc, 1}}, cpu_engine(), C);
+    it->second.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    stream.wait();
+}
+
+}  // namespace
+
+Precision parse_precision(const std::string& text) {
+    if (text == "fp32") return Precision::FP32;
+    if (text == "bf16") return Precision::BF16;
+    throw std::invalid_argument("precision must be one of fp32, bf16, got '" + text + "'");
+}
+
+const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
+
+bool cpu_has_bf16() {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);  // AMX's value contains its bits
+    return (isa & bf16) == bf16;
+}
+
+std::string set_precision(Precision p) {
+    if (p == Precision::BF16 && !cpu_has_bf16()) {
+        g_precision = Precision::FP32;
+        return "precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX) for oneDNN; running fp32";
+    }
+    g_precision = std::is_same_v<real, float> ? p : Precision::FP32;
+    return "";
+}
+
+Precision precision() { return g_precision; }
+
+// Products below kSmallProduct multiply-adds (attention's per-head 20×64·64×20, and everything in toy
+// models): A and B rounded to bf16 but held as floats, multiplied by sgemm. A product of two bf16 values is
+// exact in fp32 and the sums are fp32, so this computes what oneDNN's bf16 kernel computes (up to the order
+// of the sums), without its cost per call, which for these sizes exceeds the product itself (the backward
+// of attention's products: 110 ms a step through oneDNN's batched bf16 matmul, 28 ms this way, default
+// bench config). Each product is one single-threaded call; `threaded` shares them out among the threads.
+[[maybe_unused]] static void bf16_small_products(bool ta, bool tb, std::int64_t batch, std::int64_t M,
+                                                 std::int64_t N, std::int64_t K, float alpha, const float* A,
+                                                 std::int64_t lda, std::int64_t a_step, const float* B,
+                                                 std::int64_t ldb, std::int64_t b_step, float beta, float* C,
+                                                 std::int64_t ldc, std::int64_t c_step, bool threaded) {
+    const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+#pragma omp parallel for schedule(static) if (threaded)
+    for (std::int64_t i = 0; i < batch; ++i) {
+        thread_local std::vector<float> a_r, b_r;  // this thread's rounded copies of A_i and B_i
+        a_r.resize(std::size_t(a_rows * a_cols));
+        b_r.resize(std::size_t(b_rows * b_cols));
+        round_through_bf16(A + i * a_step, a_rows, a_cols, lda, a_r.data());
+        round_through_bf16(B + i * b_step, b_rows, b_cols, ldb, b_r.data());
+        gemm_impl(ta, tb, M, N, K, alpha, a_r.data(), a_cols, b_r.data(), b_cols, beta, C + i * c_step, ldc);
+    }
+}
+
+// C = α·op(A)·op(B) + β·C with A and B rounded to bf16; M, N, K > 0.
+[[maybe_unused]] static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                                       const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
+                                       float* C, std::int64_t ldc) {
+    // The operands as stored, A (M, K) or (K, M) and B (K, N) or (N, K), rounded into dense bf16 copies.
+    const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    thread_local std::vector<bf16_t> a16, b16;
+    a16.resize(std::size_t(a_rows * a_cols));
+    b16.resize(std::size_t(b_rows * b_cols));
+    round_to_bf16(A, a_rows, a_cols, lda, a16.data());
+    round_to_bf16(B, b_rows, b_cols, ldb, b16.data());
+    const bf16_t *A16 = a16.data(), *B16 = b16.data();
+
+    const Tiling t = tiling(M, N, K);
+    const std::int64_t tiles = t.row_tiles * t.col_tiles;
+    auto run_tile = [&](std::int64_t i) {
+        const std::int64_t m0 = (i / t.col_tiles) * t.rows, n0 = (i % t.col_tiles) * t.cols;
+        const std::int64_t m = std::min(t.rows, M - m0), n = std::min(t.cols, N - n0);
+        const bf16_t* Ai = ta ? A16 + m0 : A16 + m0 * a_cols;
+        const bf16_t* Bi = tb ? B16 + n0 * b_cols : B16 + n0;
+        bf16_tile(TileKey{ta, tb, m, n, K, a_cols, b_cols, ldc, alpha, beta}, Ai, Bi, C + m0 * ldc + n0);
+    };
+    if (M * N * K < kSmallProduct || omp_in_parallel()) {
+        for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
+}
+
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
           std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
     if (M == 0 || N == 0) return;
@@ -85,6 +272,13 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
             for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == real(0) ? real(0) : beta * C[i * ldc + j];
         return;
     }
+#ifndef TAPEFORMER_F64
+    if (g_precision == Precision::BF16) {
+        if (M * N * K < kSmallProduct)
+            return bf16_small_products(ta, tb, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, false);
+        return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+#endif
     const Tiling t = tiling(M, N, K);
     const std::int64_t tiles = t.row_tiles * t.col_tiles;
     auto run_tile = [&](std::int64_t i) {
@@ -104,6 +298,21 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
     // that OpenBLAS does not split it by the thread count.
 #pragma omp parallel for schedule(static)
     for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
+}
+
+void gemm_batched(bool ta, bool tb, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
+                  const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
+                  std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step) {
+    const bool small = batch > 1 && M * N * K < kSmallProduct;
+    const bool threaded = small && batch * M * N * K >= kParallelGrain && !omp_in_parallel();
+#ifndef TAPEFORMER_F64
+    if (small && g_precision == Precision::BF16 && M > 0 && N > 0 && K > 0)
+        return bf16_small_products(ta, tb, batch, M, N, K, alpha, A, lda, a_step, B, ldb, b_step, beta, C, ldc, c_step,
+                                   threaded);
+#endif
+#pragma omp parallel for schedule(static) if (threaded)
+    for (std::int64_t i = 0; i < batch; ++i)
+        gemm(ta, tb, M, N, K, alpha, A + i * a_step, lda, B + i * b_step, ldb, beta, C + i * c_step, ldc);
 }
 
 void gemm_reference(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,

@@ -273,21 +273,7 @@ namespace {
 struct MatmulDims {
     std::int64_t batch, M, N, K;
     bool shared_b;  // b is one 2-D matrix used for every row of a
-    bool small;     // many small products (attention): split across threads, one BLAS call each
 };
-
-// Below this many multiply-adds a product is not worth sharing between threads.
-constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
-
-// Runs product(i) for each of the `batch` products: small ones (attention's 20×64·64×20) split across
-// threads, each thread calling gemm for its own products; large ones one after another, each split into
-// tiles across the threads by gemm itself. Either way each product is computed the same way whatever the
-// thread count.
-template <class F>
-void over_batch(const MatmulDims& d, F product) {
-#pragma omp parallel for schedule(static) if (d.small && d.batch * d.M * d.N * d.K >= kParallelGrain)
-    for (std::int64_t i = 0; i < d.batch; ++i) product(i);
-}
 
 }  // namespace
 
@@ -318,30 +304,22 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     d.N = tb ? b.size(-2) : b.size(-1);
     if (kb != d.K) fail("matmul", "inner sizes differ (" + std::to_string(d.K) + " vs " + std::to_string(kb) + "): " + shapes);
     out_shape[-1] = d.N;
-    d.small = d.batch > 1 && d.M * d.N * d.K < kSmallProduct;
 
     Tensor out = Tensor::empty(out_shape);
     const std::int64_t a_step = d.shared_b ? 0 : d.M * d.K, b_step = d.shared_b ? 0 : d.K * d.N, c_step = d.M * d.N;
     const std::int64_t lda = a.size(-1), ldb = b.size(-1);
-    {
-        const real *A = a.data(), *B = b.data();
-        real* C = out.data();
-        over_batch(d, [&](std::int64_t i) {
-            gemm(ta, tb, d.M, d.N, d.K, alpha, A + i * a_step, lda, B + i * b_step, ldb, 0, C + i * c_step, d.N);
-        });
-    }
+    // The batch's products: small ones shared out among the threads, large ones tiled (blas.h).
+    gemm_batched(ta, tb, d.batch, d.M, d.N, d.K, alpha, a.data(), lda, a_step, b.data(), ldb, b_step, 0, out.data(), d.N, c_step);
     if (!needs_grad({&a, &b})) return out;
     return record("matmul", out, {a, b}, [d, ta, tb, alpha, a_step, b_step, c_step, lda, ldb](Tensor& y, std::vector<Tensor>& in) {
         const real* dC = y.grad();
         const real *A = in[0].data(), *B = in[1].data();
         if (in[0].requires_grad()) {
             real* dA = in[0].grad();
-            over_batch(d, [&](std::int64_t i) {
-                if (!ta)  // dA (M,K) += α·dC (M,N) · op(B)ᵀ (N,K)
-                    gemm(false, !tb, d.M, d.K, d.N, alpha, dC + i * c_step, d.N, B + i * b_step, ldb, 1, dA + i * a_step, lda);
-                else      // A stored (K,M): dA += α·(dC · op(B)ᵀ)ᵀ = α·op(B) (K,N) · dCᵀ (N,M)
-                    gemm(tb, true, d.K, d.M, d.N, alpha, B + i * b_step, ldb, dC + i * c_step, d.N, 1, dA + i * a_step, lda);
-            });
+            if (!ta)  // dA (M,K) += α·dC (M,N) · op(B)ᵀ (N,K)
+                gemm_batched(false, !tb, d.batch, d.M, d.K, d.N, alpha, dC, d.N, c_step, B, ldb, b_step, 1, dA, lda, a_step);
+            else      // A stored (K,M): dA += α·(dC · op(B)ᵀ)ᵀ = α·op(B) (K,N) · dCᵀ (N,M)
+                gemm_batched(tb, true, d.batch, d.K, d.M, d.N, alpha, B, ldb, b_step, dC, d.N, c_step, 1, dA, lda, a_step);
         }
         if (in[1].requires_grad()) {
             real* dB = in[1].grad();
@@ -350,12 +328,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
                 else     gemm(true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, 1, dB, ldb);   // (N,K) += α·dCᵀ A
                 return;
             }
-            over_batch(d, [&](std::int64_t i) {
-                if (!tb)  // dB (K,N) += α·op(A)ᵀ (K,M) · dC (M,N)
-                    gemm(!ta, false, d.K, d.N, d.M, alpha, A + i * a_step, lda, dC + i * c_step, d.N, 1, dB + i * b_step, ldb);
-                else      // B stored (N,K): dB += α·dCᵀ (N,M) · op(A) (M,K)
-                    gemm(true, ta, d.N, d.K, d.M, alpha, dC + i * c_step, d.N, A + i * a_step, lda, 1, dB + i * b_step, ldb);
-            });
+            if (!tb)  // dB (K,N) += α·op(A)ᵀ (K,M) · dC (M,N)
+                gemm_batched(!ta, false, d.batch, d.K, d.N, d.M, alpha, A, lda, a_step, dC, d.N, c_step, 1, dB, ldb, b_step);
+            else      // B stored (N,K): dB += α·dCᵀ (N,M) · op(A) (M,K)
+                gemm_batched(true, ta, d.batch, d.N, d.K, d.M, alpha, dC, d.N, c_step, A, lda, a_step, 1, dB, ldb, b_step);
         }
     });
 }

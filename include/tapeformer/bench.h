@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 
+#include "tapeformer/blas.h"
 #include "tapeformer/config.h"
 
 TF_NAMESPACE_BEGIN
@@ -41,6 +42,7 @@ struct BenchTrainOptions {
     std::int64_t eval_reps = 3;      // timed greedy repetitions (after one untimed)
     std::string name;                // copied into the result
     std::int64_t profile = 0;        // > 0: after timing, N more steps with per-op backward timers
+    Precision precision = Precision::FP32;  // of the products (blas.h); bf16 falls back to fp32 without bf16 instructions
 
     // Throws std::invalid_argument naming the flag when a value is out of range.
     void validate() const;
@@ -55,6 +57,7 @@ ForwardFlops forward_flops(const BenchTrainOptions& o);
 struct BenchTrainResult {
     BenchTrainOptions options;       // what was run (options.name is copied into the JSON line)
     int threads = 0;
+    Precision precision = Precision::FP32;  // of the products, as run
     std::int64_t params = 0;         // distinct parameter values
     double fwd_gflop_per_step = 0, train_gflop_per_step = 0;
     // Training (when steps > 0).

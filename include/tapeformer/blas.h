@@ -4,6 +4,7 @@
 // two never oversubscribe the cores.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "tapeformer/config.h"
 
@@ -13,10 +14,38 @@ TF_NAMESPACE_BEGIN
 void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
           const real* A, std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc);
 
+// `batch` products of one shape, C_i = α·op(A_i)·op(B_i) + β·C_i with A_i = A + i·a_step, B_i = B + i·b_step,
+// C_i = C + i·c_step. Small products (attention's 20×64·64×20) are shared out among the threads, each one
+// computed whole by one thread; large ones run one after another, each split into tiles by gemm. In bf16
+// the small ones go to oneDNN in a few batched calls instead of one call each.
+void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
+                  real alpha, const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
+                  std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step);
+
 // The same product with three plain loops: the reference the tests compare gemm (and matmul) against.
 void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
                     const real* A, std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C,
                     std::int64_t ldc);
+
+// ---- precision of the products ---------------------------------------------------------------------------
+// FP32: gemm is sgemm (the default). BF16 (the float build only): every gemm rounds its operands A and B to
+// bfloat16 (to nearest, ties to even) and multiplies them with oneDNN's bf16 matmul, summing in fp32 —
+// PyTorch's CPU autocast recipe for matmuls. Everything else (the weights and the optimizer's state,
+// softmax, layer norm, the loss) stays fp32. The products are split into tiles as sgemm's are, each tile one
+// single-threaded oneDNN call, so bf16 results too are the same on any thread count. The float64 build
+// (gradient checks) ignores the setting.
+enum class Precision { FP32, BF16 };
+Precision parse_precision(const std::string& text);  // "fp32" or "bf16"; std::invalid_argument otherwise
+const char* precision_name(Precision p);              // "fp32", "bf16"
+
+// Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX), as oneDNN sees it (so that
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE hides it).
+bool cpu_has_bf16();
+
+// Sets the precision of every later gemm in this process. BF16 on a CPU without bf16 instructions sets
+// FP32 instead and returns one line saying so (for the user); otherwise returns "".
+std::string set_precision(Precision p);
+Precision precision();
 
 void set_threads(int n);   // n <= 0: all cores
 int num_threads();

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "tapeformer/blas.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/optim.h"
@@ -47,6 +48,7 @@ struct TrainConfig {
     std::string out_dir;               // the model directory (see checkpoint.h)
     std::uint64_t seed = 1;            // initialisation, dropout, batch order, tokenizer sampling
     int threads = 0;                   // 0 = all cores
+    Precision precision = Precision::FP32;  // of the matrix products (blas.h); bf16 runs fp32 on a CPU without it
 
     // Stopping: whichever comes first; at least one must be set.
     std::int64_t max_steps = 0;

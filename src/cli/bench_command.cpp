@@ -15,6 +15,8 @@ void add_bench_command(CLI::App& app) {
 
     auto o = std::make_shared<BenchTrainOptions>();
     auto threads = std::make_shared<int>(0);
+    auto precision = std::make_shared<std::string>("fp32");
+    auto bf16 = std::make_shared<bool>(false);
     CLI::App* train = bench->add_subcommand(
         "train",
         "Time training steps of torch_ref.py's model on random batches; the last line of output is JSON with\n"
@@ -45,8 +47,11 @@ void add_bench_command(CLI::App& app) {
     train->add_option("--name", o->name, "Label copied into the JSON line");
     train->add_option("--profile", o->profile, "After timing, N steps with per-op backward timers (printed)")
         ->capture_default_str();
-    train->callback([o, threads]() {
+    add_precision_option(*train, *precision);
+    train->add_flag("--bf16", *bf16, "Same as --precision bf16 (torch_ref.py's flag, so that compare.sh can pass it to both)");
+    train->callback([o, threads, precision, bf16]() {
         if (*threads > 0) set_threads(*threads);  // after the global --threads (parse_complete_callback)
+        o->precision = *bf16 ? Precision::BF16 : parse_precision(*precision);
         const BenchTrainResult result = bench_train(*o, &std::cout);
         std::cout << result.to_json() << std::endl;
     });

@@ -25,6 +25,7 @@ struct EvalOptions {
     std::int64_t batch_tokens = 4096;
     double label_smoothing = 0.1;
     bool json = false;
+    std::string precision = "fp32";
 };
 
 // "loss = 2.3456 | nll = 2.1234 | ppl = 8.36"
@@ -90,8 +91,10 @@ void add_eval_command(CLI::App& app) {
                   "Print one JSON line {\"bleu\", \"chrf\", \"loss\", \"nll\", \"ppl\", \"signature\"} instead of text");
     cmd->add_option("--output-hyp", opt->output_hyp,
                     "Also write the translations to this file, one per --src line (default: not written)");
+    add_precision_option(*cmd, opt->precision);
     cmd->callback([opt]() {
         if (!opt->output_hyp.empty()) check_output_path(opt->output_hyp, "--output-hyp");
+        apply_precision(opt->precision);
         const std::vector<std::string> src = read_lines(opt->src), ref = read_lines(opt->ref);
         if (src.size() != ref.size())
             throw std::runtime_error("--src '" + opt->src + "' has " + std::to_string(src.size()) + " lines but --ref '" +

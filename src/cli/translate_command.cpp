@@ -30,6 +30,7 @@ struct TranslateOptions {
     std::string output;  // empty: standard output
     DecodeOptions decode;
     std::int64_t batch_tokens = 4096;
+    std::string precision = "fp32";
 };
 
 // The lines joined with '\n', one after each: the file format read_lines reads back.
@@ -196,8 +197,10 @@ void add_translate_command(CLI::App& app) {
                     "File to write the translations to, replaced only once all are done; Ctrl-C leaves it as it was\n"
                     "(default: standard output, written as each piece of 2000 input lines is translated)");
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
+    add_precision_option(*cmd, opt->precision);
     cmd->callback([opt]() {
         if (!opt->output.empty()) check_output_path(opt->output, "--output");
+        apply_precision(opt->precision);
         // The model first: a wrong --model should fail at once, not after the user has typed the input.
         ModelBundle bundle = load_model_dir(opt->model_dir);
         if (!opt->mask_heads.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask_heads, bundle.model->config));

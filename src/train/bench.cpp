@@ -189,6 +189,7 @@ void describe(const BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     const ForwardFlops fl = forward_flops(o);
     res.options = o;
     res.threads = num_threads();
+    res.precision = precision();  // what runs: fp32 where bf16 was asked for on a CPU without it
     res.params = run.model.parameter_count();
     res.fwd_gflop_per_step = fl.total / 1e9;
     res.train_gflop_per_step = 3 * fl.total / 1e9;
@@ -196,9 +197,9 @@ void describe(const BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     if (!log) return;
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "tapeformer, threads %d; BLAS %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
+                  "tapeformer, threads %d; precision %s; BLAS %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
                   "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (enc %.3f, dec %.3f, out %.3f); train ~3x = %.3f\n",
-                  res.threads, blas_info(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
+                  res.threads, precision_name(precision()), blas_info(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
                   (long long)enc_layers(o), (long long)dec_layers(o), (long long)o.vocab, (long long)res.params,
                   (long long)o.batch, (long long)o.src_len, (long long)o.tgt_len, fl.total / 1e9, fl.encoder / 1e9,
                   fl.decoder / 1e9, fl.out_proj / 1e9, 3 * fl.total / 1e9);
@@ -355,6 +356,11 @@ ForwardFlops forward_flops(const BenchTrainOptions& a) {
 
 BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
     o.validate();
+    const std::string note = set_precision(o.precision);  // for the whole benchmark; fp32 again at the end
+    struct RestoreFp32 {
+        ~RestoreFp32() { set_precision(Precision::FP32); }
+    } restore;
+    if (log && !note.empty()) *log << note << "\n";
     BenchRun run(o);
     BenchTrainResult res;
     describe(run, res, log);
@@ -376,6 +382,7 @@ std::string BenchTrainResult::to_json() const {
     nlohmann::json j = {{"name", o.name},
                         {"impl", "tapeformer"},
                         {"threads", threads},
+                        {"precision", precision_name(precision)},
                         {"blas", blas_info()},
                         {"config", config},
                         {"params", params},

@@ -632,7 +632,8 @@ void Trainer::build_model() {
     log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
          << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
          << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << "); " << batcher_->num_batches()
-         << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads") << "; lr " << c_.optim.schedule.describe() << "\n";
+         << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
+         << (precision() == Precision::BF16 ? "; bf16 products" : "") << "; lr " << c_.optim.schedule.describe() << "\n";
 }
 
 void Trainer::start_writing() {
@@ -880,6 +881,11 @@ TrainResult Trainer::run() {
     SignalScope signals;  // from the start: reading data and training a tokenizer can take minutes
     set_threads(c_.threads);
     prepare_directory();
+    // The run's precision (its own on --resume), for this run only.
+    struct RestoreFp32 {
+        ~RestoreFp32() { set_precision(Precision::FP32); }
+    } restore_fp32;
+    if (const std::string note = set_precision(c_.precision); !note.empty()) log_ << note << "\n";
     prepare_data();
     build_model();
     if (g_signal.load()) {  // nothing written yet: end here, leaving the directory as it was

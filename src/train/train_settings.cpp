@@ -126,6 +126,12 @@ std::vector<Setting<TrainConfig>> build_table() {
                                    "Every N steps append per-head batch importance, gradient norms and attention entropy of that\n"
                                    "step to DIR/heads.jsonl (measured with dropout and label smoothing on; no extra pass; 0 = off)",
                                    0, kSteps, [](auto& c) -> auto& { return c.log_heads_every; })));
+    t.push_back(added_later(choice_setting<T>(
+        "precision", "precision", run,
+        "Matrix products in fp32, or bf16 with fp32 sums (PyTorch's CPU autocast recipe: weights, Adam, softmax,\n"
+        "layer norm and loss stay fp32); on a CPU without bf16 instructions: fp32, with a note",
+        {"fp32", "bf16"}, [](auto& c) -> auto& { return c.precision; }, parse_precision,
+        [](Precision p) { return precision_name(p); })));
     t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run, "Decode the validation set (greedy) and pick the best model by BLEU",
                                 "no-valid-bleu", [](auto& c) -> auto& { return c.valid_bleu; }));
     t.push_back(added_later(bool_setting<T>(

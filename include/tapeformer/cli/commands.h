@@ -40,6 +40,10 @@ void check_integer_flags(CLI::App& app);
 // Throws std::invalid_argument naming the first word of argv that stands where a subcommand of `app` (or
 // of the subcommand before it) should be and is none, with the closest name when one is near.
 void check_subcommand_name(const CLI::App& app, int argc, const char* const* argv);
+// --precision fp32|bf16 (translate, eval, bench train; train has it in its settings table), and setting it
+// for the process: bf16 on a CPU without bf16 instructions prints one note on stderr and runs fp32.
+CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision);
+void apply_precision(const std::string& precision);
 
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();
