@@ -1,5 +1,6 @@
 // Model weights, training checkpoints and model directories. See checkpoint.h for the layout.
 #include "tapeformer/checkpoint.h"
+#include "tapeformer/json_integer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -188,17 +189,17 @@ TrainState train_state_from_json(const std::string& text) {
     try {
         const nlohmann::json j = nlohmann::json::parse(text);
         TrainState s;
-        s.step = j.at("step").get<std::int64_t>();
-        s.epoch = j.at("epoch").get<std::int64_t>();
-        s.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
-        s.dropout_offset = j.at("dropout_offset").get<std::uint64_t>();
+        s.step = json_integer<std::int64_t>(j.at("step"), "step");
+        s.epoch = json_integer<std::int64_t>(j.at("epoch"), "epoch");
+        s.batch_in_epoch = json_integer<std::int64_t>(j.at("batch_in_epoch"), "batch_in_epoch");
+        s.dropout_offset = json_integer<std::uint64_t>(j.at("dropout_offset"), "dropout_offset");
         s.best_score = j.at("best_score").get<double>();
-        s.best_step = j.at("best_step").get<std::int64_t>();
-        s.valid_step = j.value("valid_step", std::int64_t(-1));
+        s.best_step = json_integer<std::int64_t>(j.at("best_step"), "best_step");
+        s.valid_step = json_integer_or<std::int64_t>(j, "valid_step", -1);
         s.train_seconds = j.at("train_seconds").get<double>();
-        s.target_tokens = j.at("target_tokens").get<std::int64_t>();
-        s.skipped_empty = j.value("skipped_empty", std::int64_t(0));
-        s.filtered_long = j.value("filtered_long", std::int64_t(0));
+        s.target_tokens = json_integer<std::int64_t>(j.at("target_tokens"), "target_tokens");
+        s.skipped_empty = json_integer_or<std::int64_t>(j, "skipped_empty", 0);
+        s.filtered_long = json_integer_or<std::int64_t>(j, "filtered_long", 0);
         // Values no run reaches: a resumed run would act on them (skip a validation it owes, report
         // a best step from its future, a negative time), so they are refused here.
         auto refuse = [](const std::string& what) { throw std::runtime_error(what); };

@@ -31,6 +31,7 @@
 #include "tapeformer/evaluate.h"
 #include "tapeformer/heads.h"
 #include "tapeformer/io.h"
+#include "tapeformer/json_integer.h"
 #include "tapeformer/train_settings.h"
 
 TF_NAMESPACE_BEGIN
@@ -216,7 +217,7 @@ void truncate_metrics(const std::string& path, std::int64_t step) {
     while (std::getline(in, line)) {
         try {
             const auto j = nlohmann::json::parse(line);
-            if (j.at("step").get<std::int64_t>() <= step) kept += line + "\n";
+            if (json_integer<std::int64_t>(j.at("step"), "step") <= step) kept += line + "\n";
         } catch (const std::exception&) {
             // a line cut short by a crash: drop it
         }
@@ -236,9 +237,9 @@ Manifest read_manifest(const std::string& dir) {
     Manifest m;
     try {
         const auto j = nlohmann::json::parse(read_file(path));
-        if (j.at("format").get<int>() != kCheckpointFormat)
-            throw std::runtime_error("written by another version of tapeformer (format " +
-                                     std::to_string(j.at("format").get<int>()) + ")");
+        const int format = json_integer<int>(j.at("format"), "format");
+        if (format != kCheckpointFormat)
+            throw std::runtime_error("written by another version of tapeformer (format " + std::to_string(format) + ")");
         m.last = j.at("last").get<std::string>();
         m.kept = j.at("kept").get<std::vector<std::string>>();
         for (const std::string& name : m.kept)
@@ -423,7 +424,7 @@ std::int64_t last_logged_step(const std::string& path) {
     std::int64_t last = 0;
     for (std::string line; std::getline(in, line);) {
         try {
-            last = std::max(last, nlohmann::json::parse(line).at("step").get<std::int64_t>());
+            last = std::max(last, json_integer<std::int64_t>(nlohmann::json::parse(line).at("step"), "step"));
         } catch (const std::exception&) {
             // a line cut short by a crash
         }

@@ -16,6 +16,7 @@
 
 #include "tapeformer/checkpoint.h"
 #include "tapeformer/io.h"
+#include "tapeformer/json_integer.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -417,8 +418,9 @@ TrainConfig train_config_from_json(const std::string& text) {
     TrainConfig c;
     try {
         const nlohmann::json j = nlohmann::json::parse(text);
-        if (j.at("format").get<int>() != kCheckpointFormat)
-            throw std::runtime_error("format " + std::to_string(j.at("format").get<int>()) + ", this build reads " +
+        const int format = json_integer<int>(j.at("format"), "format");
+        if (format != kCheckpointFormat)
+            throw std::runtime_error("format " + std::to_string(format) + ", this build reads " +
                                      std::to_string(kCheckpointFormat) + " (written by another version of tapeformer)");
         for (const Setting<TrainConfig>& s : train_settings()) {
             if (s.key.empty()) continue;
