@@ -34,7 +34,7 @@ for t in "${targets[@]}"; do
     echo "fuzz: $t failed; the input is build-fuzz/crash-$t-*" >&2
     exit 1
   fi
-  execs=$(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
+  execs=$(grep -a -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
+  cov=$(grep -a -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
   echo "fuzz: $t: ${execs:-?} executions in ${seconds} s, coverage ${cov:-?} edges, no crash"
 done
