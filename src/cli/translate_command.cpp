@@ -74,8 +74,10 @@ void translate_stream(const TranslateOptions& opt, ModelBundle& bundle) {
     LineReader reader(opt.input.empty() ? std::cin : file, opt.input.empty() ? "standard input" : opt.input);
     // A person typing sentences gets each translation as soon as the line is entered.
     const std::size_t per_piece = opt.input.empty() && isatty(STDIN_FILENO) ? 1 : kLinesPerPiece;
-    const std::int64_t total = opt.input.empty() ? 0 : count_lines(opt.input);
-    const auto bar = total > 0 ? terminal_progress("translating") : nullptr;
+    // The bar needs the file's line count: read the file an extra time only when a bar is drawn.
+    auto bar = opt.input.empty() ? nullptr : terminal_progress("translating");
+    const std::int64_t total = bar ? count_lines(opt.input) : 0;
+    if (total == 0) bar = nullptr;
 
     std::optional<AtomicFile> output;
     if (!opt.output.empty()) {
