@@ -152,6 +152,57 @@ struct SourcedValue {
     std::string name, value, where;
 };
 
+// toml++ 3.3 has undefined behaviour (a TOML_UNREACHABLE in is_non_ascii_horizontal_whitespace) when it
+// asks whether a non-ASCII character such as U+00A1 is whitespace, which it does after a value, inside a
+// key it is reading and after a line-ending backslash of a multi-line string (found by the fuzz target
+// `toml` under UBSan). It never asks inside a comment or inside the quotes of a one-line string value, so
+// those are the only places a non-ASCII character is accepted here. Elsewhere TOML allows only ASCII
+// anyway, except in quoted keys (train's settings have ASCII names) and in multi-line strings, which are
+// refused: a setting is one line.
+void refuse_what_tomlplusplus_misreads(const std::string& text, const std::string& path) {
+    enum class In { code, comment, key_string, value_string } in = In::code;
+    char quote = 0;             // the quote that ends the string under way
+    bool escaped = false;       // the previous character was a backslash inside a "..." string
+    bool after_equals = false;  // only blanks since the last '=': a string opened now is a value
+    std::size_t line = 1, column = 0;
+    const auto refuse = [&](const std::string& what) {
+        throw std::invalid_argument(path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
+    };
+    const std::size_t start = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // a UTF-8 byte order mark
+    for (std::size_t i = start; i < text.size(); ++i) {
+        const char ch = text[i];
+        ++column;
+        if (ch == '\n') {
+            ++line;
+            column = 0;
+            in = In::code;  // a comment or a one-line string ends with its line (toml++ reports the string)
+            escaped = after_equals = false;
+            continue;
+        }
+        if (static_cast<unsigned char>(ch) >= 0x80 && in != In::comment && in != In::value_string)
+            refuse("a non-ASCII character is allowed only in a comment or inside the quotes of a value, "
+                   "such as train-src = \"données/train.de\"");
+        switch (in) {
+        case In::comment: break;
+        case In::key_string:
+        case In::value_string:
+            if (escaped) escaped = false;
+            else if (ch == '\\' && quote == '"') escaped = true;
+            else if (ch == quote) in = In::code;
+            break;
+        case In::code:
+            if (ch == '#') in = In::comment;
+            if (ch == '"' || ch == '\'') {
+                if (text.compare(i, 3, std::string(3, ch)) == 0) refuse("multi-line strings are not supported; a setting is one line");
+                quote = ch;
+                in = after_equals ? In::value_string : In::key_string;
+            }
+            after_equals = ch == '=' || (after_equals && (ch == ' ' || ch == '\t'));
+            break;
+        }
+    }
+}
+
 // The values a config file gives: top-level keys, or keys of a [train] table (TOML, read by toml++).
 std::vector<SourcedValue> read_config_file(const std::string& path) {
     // TOML allows no control character but tab, CR and LF anywhere; refusing them here also keeps such
@@ -181,6 +232,7 @@ std::vector<SourcedValue> read_config_file(const std::string& path) {
         }
         at = end + 1;
     }
+    refuse_what_tomlplusplus_misreads(text, path);
     toml::table file;
     try {
         file = toml::parse(text, path);
