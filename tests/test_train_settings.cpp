@@ -209,6 +209,10 @@ TEST_CASE("train settings: a bad config file is refused with its line", "[train]
     CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("f.toml:2:14") && Contains("non-ASCII"));
     args.config_file = write_file(tmp, "g.toml", "\"\xC2\xA1\" = 5\n");
     CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("g.toml:1:2") && Contains("non-ASCII"));
+    // toml++ scans a malformed value up to a value terminator, past later quotes: only the string right
+    // after a line's first '=' may hold one.
+    args.config_file = write_file(tmp, "j.toml", "lr = 1e-x = \"\xC2\xA1\"\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("j.toml:1:14") && Contains("non-ASCII"));
     args.config_file = write_file(tmp, "h.toml", "train-src = \"\"\"a\n\xC2\xA1\"\"\"\n");
     CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("h.toml:1") && Contains("multi-line"));
     args.config_file = write_file(tmp, "i.toml", u8"\uFEFF# données \"\n[train]\ntrain-src = \"données/a \\\"é\\\".src\" # é\n"

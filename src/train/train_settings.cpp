@@ -163,7 +163,8 @@ void refuse_what_tomlplusplus_misreads(const std::string& text, const std::strin
     enum class In { code, comment, key_string, value_string } in = In::code;
     char quote = 0;             // the quote that ends the string under way
     bool escaped = false;       // the previous character was a backslash inside a "..." string
-    bool after_equals = false;  // only blanks since the last '=': a string opened now is a value
+    bool after_equals = false;  // only blanks since the line's first '=': a string opened now is its value
+    bool equals_seen = false;   // the line has had its '=' (toml++ may scan a bad value past a later one)
     std::size_t line = 1, column = 0;
     const auto refuse = [&](const std::string& what) {
         throw std::invalid_argument(path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
@@ -176,7 +177,7 @@ void refuse_what_tomlplusplus_misreads(const std::string& text, const std::strin
             ++line;
             column = 0;
             in = In::code;  // a comment or a one-line string ends with its line (toml++ reports the string)
-            escaped = after_equals = false;
+            escaped = after_equals = equals_seen = false;
             continue;
         }
         if (static_cast<unsigned char>(ch) >= 0x80 && in != In::comment && in != In::value_string)
@@ -197,7 +198,8 @@ void refuse_what_tomlplusplus_misreads(const std::string& text, const std::strin
                 quote = ch;
                 in = after_equals ? In::value_string : In::key_string;
             }
-            after_equals = ch == '=' || (after_equals && (ch == ' ' || ch == '\t'));
+            after_equals = (ch == '=' && !equals_seen) || (after_equals && (ch == ' ' || ch == '\t'));
+            equals_seen = equals_seen || ch == '=';
             break;
         }
     }
