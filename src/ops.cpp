@@ -92,13 +92,42 @@ void over_column_blocks(std::int64_t Cn, std::int64_t work, F f) {
     for (std::int64_t blk = 0; blk < blocks; ++blk) f(blk * kBlock, std::min(Cn, (blk + 1) * kBlock));
 }
 
+// dst.data[i] = v for a gradient not yet written, else += v (Tensor::grad_target): for a backward that
+// gives each value of its operand's gradient exactly one contribution. In a hot loop, use write_or_add
+// (the branch outside the loop, so that both loops vectorise).
+inline void accumulate(const GradTarget& dst, std::int64_t i, real v) {
+    dst.data[i] = dst.overwrite ? v : dst.data[i] + v;
+}
+
+// dst[i] (=|+=) f(i) for i in [0, n), in parallel. f captures by value ([=]) and each thread takes its own
+// copy (firstprivate): with f shared, GCC reloads the operands' pointers from it in every iteration and
+// vectorises with gathers, four times slower (seen in relu's and dropout's backward).
+template <class F>
+void write_or_add(const GradTarget& dst, std::int64_t n, F f) {
+    real* d = dst.data;
+    if (dst.overwrite) {
+#pragma omp parallel for simd schedule(static) firstprivate(f) if (n >= kParallelGrain)
+        for (std::int64_t i = 0; i < n; ++i) d[i] = f(i);
+    } else {
+#pragma omp parallel for simd schedule(static) firstprivate(f) if (n >= kParallelGrain)
+        for (std::int64_t i = 0; i < n; ++i) d[i] += f(i);
+    }
+}
+
 // dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
 template <class F>
-void sum_over_rows(std::int64_t R, std::int64_t Cn, real* dst, F f) {
+void sum_over_rows(std::int64_t R, std::int64_t Cn, GradTarget dst, F f) {
+    real* out = dst.data;
     over_column_blocks(Cn, R * Cn, [&](std::int64_t c0, std::int64_t c1) {
-        for (std::int64_t r = 0; r < R; ++r)
+        std::int64_t r = 0;
+        if (dst.overwrite && R > 0) {
 #pragma omp simd
-            for (std::int64_t c = c0; c < c1; ++c) dst[c] += f(r, c);
+            for (std::int64_t c = c0; c < c1; ++c) out[c] = f(0, c);
+            r = 1;
+        }
+        for (; r < R; ++r)
+#pragma omp simd
+            for (std::int64_t c = c0; c < c1; ++c) out[c] += f(r, c);
     });
 }
 
@@ -191,29 +220,47 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, Fwd fwd, DA da, 
         // An operand that was not stretched receives one contribution per element: safe to parallelise.
         // One stretched along leading axes only ((C) or (T, C) against (B, T, C)) while the other is full
         // size gets a sum over the rows of an (n / Cn, Cn) layout: split by columns (sum_over_rows).
+        // Any other stretched operand adds several contributions to one element in no fixed pattern: its
+        // gradient is zeroed first (grad()) and the loop stays serial.
         if (in[0].requires_grad()) {
-            real* g0 = in[0].grad();
             const std::int64_t cols = in[0].numel();
-            if (cols < n && in[1].numel() == n && is_trailing(in[0].shape(), bc.out))
-                sum_over_rows(n / cols, cols, g0, [&](std::int64_t r, std::int64_t c) {
+            if (cols < n && in[1].numel() == n && is_trailing(in[0].shape(), bc.out)) {
+                sum_over_rows(n / cols, cols, in[0].grad_target(), [&](std::int64_t r, std::int64_t c) {
                     return da(x0[c], x1[r * cols + c], g[r * cols + c]);
                 });
-            else
-                for_each_broadcast(bc, in[0].numel() == n, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
+            } else if (cols == n && in[1].numel() == n) {  // the same shape
+                write_or_add(in[0].grad_target(), n, [=](std::int64_t i) { return da(x0[i], x1[i], g[i]); });
+            } else if (cols == n) {
+                const GradTarget g0 = in[0].grad_target();
+                for_each_broadcast(bc, true, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
+                    accumulate(g0, ia, da(x0[ia], x1[ib], g[o]));
+                });
+            } else {
+                real* g0 = in[0].grad();
+                for_each_broadcast(bc, false, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
                     g0[ia] += da(x0[ia], x1[ib], g[o]);
                 });
+            }
         }
         if (in[1].requires_grad()) {
-            real* g1 = in[1].grad();
             const std::int64_t cols = in[1].numel();
-            if (cols < n && in[0].numel() == n && is_trailing(in[1].shape(), bc.out))
-                sum_over_rows(n / cols, cols, g1, [&](std::int64_t r, std::int64_t c) {
+            if (cols < n && in[0].numel() == n && is_trailing(in[1].shape(), bc.out)) {
+                sum_over_rows(n / cols, cols, in[1].grad_target(), [&](std::int64_t r, std::int64_t c) {
                     return db(x0[r * cols + c], x1[c], g[r * cols + c]);
                 });
-            else
-                for_each_broadcast(bc, in[1].numel() == n, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
+            } else if (cols == n && in[0].numel() == n) {
+                write_or_add(in[1].grad_target(), n, [=](std::int64_t i) { return db(x0[i], x1[i], g[i]); });
+            } else if (cols == n) {
+                const GradTarget g1 = in[1].grad_target();
+                for_each_broadcast(bc, true, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
+                    accumulate(g1, ib, db(x0[ia], x1[ib], g[o]));
+                });
+            } else {
+                real* g1 = in[1].grad();
+                for_each_broadcast(bc, false, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
                     g1[ib] += db(x0[ia], x1[ib], g[o]);
                 });
+            }
         }
     });
 }
@@ -257,10 +304,7 @@ Tensor scale(const Tensor& a, real s) {
     if (!needs_grad({&a})) return out;
     return record("scale", out, {a}, [s](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
-        real* dx = in[0].grad();
-        const std::int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i) dx[i] += s * g[i];
+        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return s * g[i]; });
     });
 }
 
@@ -314,24 +358,25 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     return record("matmul", out, {a, b}, [d, ta, tb, alpha, a_step, b_step, c_step, lda, ldb](Tensor& y, std::vector<Tensor>& in) {
         const real* dC = y.grad();
         const real *A = in[0].data(), *B = in[1].data();
+        // Each product covers the whole of dA (dB), so a gradient not yet written is written (β = 0).
         if (in[0].requires_grad()) {
-            real* dA = in[0].grad();
+            const GradTarget dA = in[0].grad_target();
             if (!ta)  // dA (M,K) += α·dC (M,N) · op(B)ᵀ (N,K)
-                gemm_batched(false, !tb, d.batch, d.M, d.K, d.N, alpha, dC, d.N, c_step, B, ldb, b_step, 1, dA, lda, a_step);
+                gemm_batched(false, !tb, d.batch, d.M, d.K, d.N, alpha, dC, d.N, c_step, B, ldb, b_step, dA.beta(), dA.data, lda, a_step);
             else      // A stored (K,M): dA += α·(dC · op(B)ᵀ)ᵀ = α·op(B) (K,N) · dCᵀ (N,M)
-                gemm_batched(tb, true, d.batch, d.K, d.M, d.N, alpha, B, ldb, b_step, dC, d.N, c_step, 1, dA, lda, a_step);
+                gemm_batched(tb, true, d.batch, d.K, d.M, d.N, alpha, B, ldb, b_step, dC, d.N, c_step, dA.beta(), dA.data, lda, a_step);
         }
         if (in[1].requires_grad()) {
-            real* dB = in[1].grad();
+            const GradTarget dB = in[1].grad_target();
             if (d.shared_b) {  // one product over all rows: dB += (Σ over rows) — a single large gemm
-                if (!tb) gemm(true, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, 1, dB, ldb);   // (K,N) += α·Aᵀ dC
-                else     gemm(true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, 1, dB, ldb);   // (N,K) += α·dCᵀ A
+                if (!tb) gemm(true, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, dB.beta(), dB.data, ldb);   // (K,N) += α·Aᵀ dC
+                else     gemm(true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, dB.beta(), dB.data, ldb);   // (N,K) += α·dCᵀ A
                 return;
             }
             if (!tb)  // dB (K,N) += α·op(A)ᵀ (K,M) · dC (M,N)
-                gemm_batched(!ta, false, d.batch, d.K, d.N, d.M, alpha, A, lda, a_step, dC, d.N, c_step, 1, dB, ldb, b_step);
+                gemm_batched(!ta, false, d.batch, d.K, d.N, d.M, alpha, A, lda, a_step, dC, d.N, c_step, dB.beta(), dB.data, ldb, b_step);
             else      // B stored (N,K): dB += α·dCᵀ (N,M) · op(A) (M,K)
-                gemm_batched(true, ta, d.batch, d.N, d.K, d.M, alpha, dC, d.N, c_step, A, lda, a_step, 1, dB, ldb, b_step);
+                gemm_batched(true, ta, d.batch, d.N, d.K, d.M, alpha, dC, d.N, c_step, A, lda, a_step, dB.beta(), dB.data, ldb, b_step);
         }
     });
 }
@@ -365,12 +410,16 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     if (bias.defined()) inputs.push_back(bias);
     return record("affine", y, std::move(inputs), [N, in_f, out_f](Tensor& y, std::vector<Tensor>& in) {
         const real* dy = y.grad();  // (N, out)
-        if (in[0].requires_grad())  // dx (N, in) += dy (N, out) · W (out, in)
-            gemm(false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, 1, in[0].grad(), in_f);
-        if (in[1].requires_grad())  // dW (out, in) += dyᵀ (out, N) · x (N, in)
-            gemm(true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, 1, in[1].grad(), in_f);
+        if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
+            const GradTarget dx = in[0].grad_target();
+            gemm(false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f);
+        }
+        if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
+            const GradTarget dW = in[1].grad_target();
+            gemm(true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f);
+        }
         if (in.size() > 2 && in[2].requires_grad())  // db (out) += column sums of dy
-            sum_over_rows(N, out_f, in[2].grad(), [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
+            sum_over_rows(N, out_f, in[2].grad_target(), [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
     });
 }
 
@@ -419,8 +468,8 @@ Tensor permute(const Tensor& a, const std::vector<int>& axes) {
     if (!needs_grad({&a})) return out;
     return record("permute", out, {a}, [visit](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
-        real* dx = in[0].grad();
-        visit([&](std::int64_t o, std::int64_t i) { dx[i] += g[o]; });  // a permutation: one source per element
+        const GradTarget dx = in[0].grad_target();
+        visit([&](std::int64_t o, std::int64_t i) { accumulate(dx, i, g[o]); });  // a permutation: one source per element
     });
 }
 
@@ -476,10 +525,10 @@ Tensor concat_last(const std::vector<Tensor>& parts) {
         for (std::size_t k = 0; k < in.size(); ++k) {
             if (!in[k].requires_grad()) continue;
             const std::int64_t w = in[k].shape().last(), col = offsets[k];
-            real* dx = in[k].grad();
+            const GradTarget dx = in[k].grad_target();
 #pragma omp parallel for schedule(static) if (rows * w >= kParallelGrain)
             for (std::int64_t r = 0; r < rows; ++r)
-                for (std::int64_t j = 0; j < w; ++j) dx[r * w + j] += g[r * width + col + j];
+                for (std::int64_t j = 0; j < w; ++j) accumulate(dx, r * w + j, g[r * width + col + j]);
         }
     });
 }
@@ -571,11 +620,11 @@ Tensor reduce_axis(const char* op, const Tensor& a, int axis, bool keepdim, bool
     if (!needs_grad({&a})) return out;
     return record(op, out, {a}, [outer, n, inner, factor](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
-        real* dx = in[0].grad();
+        const GradTarget dx = in[0].grad_target();
 #pragma omp parallel for schedule(static) if (outer * n * inner >= kParallelGrain)
         for (std::int64_t o = 0; o < outer; ++o)
             for (std::int64_t k = 0; k < n; ++k)
-                for (std::int64_t i = 0; i < inner; ++i) dx[(o * n + k) * inner + i] += g[o * inner + i] * factor;
+                for (std::int64_t i = 0; i < inner; ++i) accumulate(dx, (o * n + k) * inner + i, g[o * inner + i] * factor);
     });
 }
 
@@ -606,10 +655,7 @@ Tensor unary(const char* op, const Tensor& a, F f, DF df) {
     return record(op, out, {a}, [df](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
         const real* x = in[0].data();
-        real* dx = in[0].grad();
-        const std::int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i) dx[i] += g[i] * df(x[i]);
+        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return g[i] * df(x[i]); });
     });
 }
 
@@ -738,13 +784,16 @@ Tensor softmax(const Tensor& a, const Tensor& mask) {
     return record("softmax", out, {a}, [N, rows](Tensor& y, std::vector<Tensor>& in) {
         // dx_j = y_j (g_j − Σ_k g_k y_k)
         const real *g = y.grad(), *p = y.data();
-        real* dx = in[0].grad();
+        const GradTarget dx = in[0].grad_target();
 #pragma omp parallel for schedule(static) if (rows * N >= kParallelGrain)
         for (std::int64_t r = 0; r < rows; ++r) {
             const real *gr = g + r * N, *pr = p + r * N;
-            real* dr = dx + r * N;
             const real dot = lane_sum(N, [&](std::int64_t j) { return gr[j] * pr[j]; });
-            for (std::int64_t j = 0; j < N; ++j) dr[j] += pr[j] * (gr[j] - dot);
+            real* dr = dx.data + r * N;
+            if (dx.overwrite)
+                for (std::int64_t j = 0; j < N; ++j) dr[j] = pr[j] * (gr[j] - dot);
+            else
+                for (std::int64_t j = 0; j < N; ++j) dr[j] += pr[j] * (gr[j] - dot);
         }
     });
 }
@@ -769,12 +818,12 @@ Tensor log_softmax(const Tensor& a) {
     return record("log_softmax", out, {a}, [N, rows](Tensor& y, std::vector<Tensor>& in) {
         // y = x − lse(x):  dx_j = g_j − softmax_j · Σ_k g_k,  softmax_j = exp(y_j)
         const real *g = y.grad(), *ly = y.data();
-        real* dx = in[0].grad();
+        const GradTarget dx = in[0].grad_target();
 #pragma omp parallel for schedule(static) if (rows * N >= kParallelGrain)
         for (std::int64_t r = 0; r < rows; ++r) {
             real total = 0;
             for (std::int64_t j = 0; j < N; ++j) total += g[r * N + j];
-            for (std::int64_t j = 0; j < N; ++j) dx[r * N + j] += g[r * N + j] - std::exp(ly[r * N + j]) * total;
+            for (std::int64_t j = 0; j < N; ++j) accumulate(dx, r * N + j, g[r * N + j] - std::exp(ly[r * N + j]) * total);
         }
     });
 }
@@ -828,10 +877,13 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         // the x̂·mean(dx̂·x̂) term the path through the variance. dv is added to x's gradient, and to the
         // residual's when there is one (v = x + r).
         const real *g = y.grad(), *v = sum.data(), *w = in[1].data(), *st = stats.data();
-        real* dx = in[0].requires_grad() ? in[0].grad() : nullptr;
+        // Every row gives each value of dx and dr one contribution; x and r may be one tensor (x + x), then
+        // dr, taken second, adds to what dx wrote in the same iteration.
+        const GradTarget none{nullptr, false};
+        const GradTarget dx = in[0].requires_grad() ? in[0].grad_target() : none;
+        const GradTarget dr = in.size() > 3 && in[3].requires_grad() ? in[3].grad_target() : none;
         real* dw = in[1].requires_grad() ? in[1].grad() : nullptr;
         real* db = in[2].requires_grad() ? in[2].grad() : nullptr;
-        real* dr = in.size() > 3 && in[3].requires_grad() ? in[3].grad() : nullptr;
         // γ and β gradients sum over rows: each block of kRowBlock rows sums into its own partial, and the
         // partials are added in block order afterwards. The blocks do not depend on the thread count, so
         // neither does the result (bit-identical on any number of threads, reruns and resumes).
@@ -852,10 +904,16 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
                 const real mean_dxh = lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c]; }) / real(C);
                 const real mean_dxh_xh =
                     lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c] * (vr[c] - mu) * rstd; }) / real(C);
-                for (std::int64_t c = 0; c < C; ++c) {
-                    const real dv = rstd * (gr[c] * w[c] - mean_dxh - (vr[c] - mu) * rstd * mean_dxh_xh);
-                    if (dx) dx[n * C + c] += dv;
-                    if (dr) dr[n * C + c] += dv;
+                const auto dv = [&](std::int64_t c) {
+                    return rstd * (gr[c] * w[c] - mean_dxh - (vr[c] - mu) * rstd * mean_dxh_xh);
+                };
+                for (const GradTarget& t : {dx, dr}) {  // dx first: see above
+                    if (!t.data) continue;
+                    real* out = t.data + n * C;
+                    if (t.overwrite)
+                        for (std::int64_t c = 0; c < C; ++c) out[c] = dv(c);
+                    else
+                        for (std::int64_t c = 0; c < C; ++c) out[c] += dv(c);
                 }
             }
         }
@@ -903,11 +961,8 @@ Tensor dropout(const Tensor& a, real p, Rng& rng, bool training) {
     // The mask is not stored: backward draws the same counters again.
     return record("dropout", out, {a}, [seed, base, threshold, keep_scale](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
-        real* dx = in[0].grad();
-        const std::int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i)
-            if (keeps(seed, base + i, threshold)) dx[i] += g[i] * keep_scale;
+        write_or_add(in[0].grad_target(), y.numel(),
+                     [=](std::int64_t i) { return keeps(seed, base + i, threshold) ? g[i] * keep_scale : real(0); });
     });
 }
 
@@ -1064,15 +1119,21 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         // ∂loss/∂x_ij = (p_ij − (1−ε)·[j = t_i] − ε/V) / n   for counted rows, 0 for ignored ones.
         const real g = y.grad()[0] / real(count);
         const real *x = in[0].data(), *l = lse.data();
-        real* dx = in[0].grad();
+        const GradTarget dx = in[0].grad_target();
         const real off = eps / real(V), on = real(1) - eps + off;
 #pragma omp parallel for schedule(static) if (N * V >= kParallelGrain)
         for (std::int64_t i = 0; i < N; ++i) {
-            if (target[i] == ignore_index) continue;
+            real* dr = dx.data + i * V;
+            if (target[i] == ignore_index) {  // no gradient: a row not yet written is zeroed
+                if (dx.overwrite) std::fill(dr, dr + V, real(0));
+                continue;
+            }
             const real *xr = x + i * V;
             const real lse_i = l[i];
-            real* dr = dx + i * V;
-            for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - lse_i) - off);
+            if (dx.overwrite)
+                for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(xr[j] - lse_i) - off);
+            else
+                for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - lse_i) - off);
             dr[target[i]] -= g * (on - off);
         }
     });

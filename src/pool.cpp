@@ -1,7 +1,9 @@
 // Caching buffer pool: cached buffers by capacity and by age, bounded by the peak in use. See pool.h.
 #include "tapeformer/pool.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -28,6 +30,7 @@ struct Pool {
     BySize by_size;                                  // capacity -> cached buffer
     std::map<std::uint64_t, BySize::iterator> by_age; // freed_at -> its entry in by_size, oldest first
     std::uint64_t clock = 0;
+    bool poison = false;
     PoolStats stats;
 
     void uncache(BySize::iterator it) {
@@ -85,6 +88,7 @@ real* pool_alloc(std::size_t n) {
     }
     p.stats.bytes_in_use += header_of(out).capacity * sizeof(real);
     if (p.stats.bytes_in_use > p.stats.peak_bytes_in_use) p.stats.peak_bytes_in_use = p.stats.bytes_in_use;
+    if (p.poison) std::fill(out, out + header_of(out).capacity, std::numeric_limits<real>::quiet_NaN());
     return out;
 }
 
@@ -116,6 +120,12 @@ void pool_reset_peak() {
     std::lock_guard<std::mutex> lock(p.mutex);
     p.stats.peak_bytes_in_use = p.stats.bytes_in_use;
     p.trim();
+}
+
+void pool_poison(bool on) {
+    Pool& p = pool();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.poison = on;
 }
 
 PoolStats pool_stats() {

@@ -100,15 +100,31 @@ Tensor& Tensor::set_requires_grad(bool on) {
     return *this;
 }
 
+// A stale buffer (zero_grad ran) is zeroed only when somebody adds to it or reads it; one that an op
+// overwrites as a whole (grad_target) never is.
 real* Tensor::grad() {
-    if (!storage_->grad) {
-        storage_->grad = pool_alloc(storage_->size);
-        std::memset(storage_->grad, 0, storage_->size * sizeof(real));
-    }
-    return storage_->grad + offset_;
+    Storage& s = *storage_;
+    if (!s.grad) s.grad = pool_alloc(s.size);
+    else if (!s.grad_stale) return s.grad + offset_;
+    std::memset(s.grad, 0, s.size * sizeof(real));
+    s.grad_stale = false;
+    return s.grad + offset_;
 }
 
-const real* Tensor::grad() const { return storage_->grad ? storage_->grad + offset_ : nullptr; }
+const real* Tensor::grad() const {
+    if (!has_grad()) return nullptr;
+    return const_cast<Tensor*>(this)->grad();  // a stale buffer reads as zeros: zero it now
+}
+
+GradTarget Tensor::grad_target() {
+    Storage& s = *storage_;
+    const bool whole = offset_ == 0 && static_cast<std::size_t>(numel()) == s.size;
+    if (!whole) return {grad(), false};
+    if (!s.grad) s.grad = pool_alloc(s.size);
+    else if (!s.grad_stale) return {s.grad, false};
+    s.grad_stale = false;
+    return {s.grad, true};
+}
 
 std::vector<real> Tensor::grad_vector() const {
     if (!has_grad()) return std::vector<real>(numel(), real(0));
@@ -117,7 +133,9 @@ std::vector<real> Tensor::grad_vector() const {
 }
 
 void Tensor::zero_grad() {
-    if (storage_ && storage_->grad) std::memset(storage_->grad + offset_, 0, numel() * sizeof(real));
+    if (!storage_ || !storage_->grad) return;
+    if (offset_ == 0 && static_cast<std::size_t>(numel()) == storage_->size) storage_->grad_stale = true;
+    else std::memset(storage_->grad + offset_, 0, numel() * sizeof(real));
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {

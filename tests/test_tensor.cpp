@@ -152,6 +152,31 @@ TEST_CASE("Tensor: gradient buffers are allocated on first use and zeroed", "[te
     CHECK(a.grad_vector() == std::vector<real>(5, real(0)));
 }
 
+TEST_CASE("Tensor: grad_target hands out a gradient not yet written to be overwritten, and nothing else", "[tensor]") {
+    Tensor a = Tensor::full({2, 3}, real(1));
+    tf::GradTarget t = a.grad_target();  // no buffer yet: allocated, not zeroed
+    CHECK(t.overwrite);
+    CHECK(t.beta() == real(0));
+    std::fill(t.data, t.data + 6, real(2));
+    t = a.grad_target();  // written: to be added to
+    CHECK_FALSE(t.overwrite);
+    CHECK(t.beta() == real(1));
+    real* kept = a.grad();
+    a.zero_grad();  // stale: reads as zeros, and an op may overwrite it, in the same buffer
+    CHECK(a.grad_vector() == std::vector<real>(6, real(0)));
+    a.zero_grad();
+    t = a.grad_target();
+    CHECK(t.overwrite);
+    CHECK(t.data == kept);
+    t.data[0] = 5;
+    // A view of part of the storage is never overwritten: the rest of the buffer would be left unwritten.
+    a.zero_grad();
+    tf::GradTarget row = a.rows(1, 2).grad_target();
+    CHECK_FALSE(row.overwrite);
+    CHECK(a.grad_vector() == std::vector<real>(6, real(0)));
+    CHECK(a.reshape({6}).grad_target().overwrite == false);  // the whole storage, but no longer stale
+}
+
 TEST_CASE("Pool: a freed buffer is re-used for the same size", "[tensor]") {
     const Shape shape{37, 129};  // an unusual size: nothing else in the tests holds buffers of it
     { Tensor first = Tensor::zeros(shape); }  // freed: its buffer now waits in the pool

@@ -14,6 +14,9 @@ real* pool_alloc(std::size_t n);              // n values, 64-byte aligned, unin
 void pool_free(real* p);                      // a buffer from pool_alloc (nullptr: nothing)
 void pool_release_cached();                   // return every cached (unused) buffer to the system
 void pool_reset_peak();                       // peak_bytes_in_use := bytes_in_use (and the cache's bound with it)
+// For tests: while on, every buffer handed out is filled with NaN, so that code which reads a value it never
+// wrote (an op that assumes a zeroed gradient buffer) shows up in its results.
+void pool_poison(bool on);
 
 struct PoolStats {
     std::size_t bytes_in_use = 0;             // capacities of the buffers handed out (≥ what was asked)

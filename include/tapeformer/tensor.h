@@ -40,7 +40,8 @@ struct Shape {
 // step re-uses the previous step's memory instead of asking the system allocator again.
 struct Storage {
     real* data = nullptr;
-    real* grad = nullptr;       // allocated (zeroed) on first use
+    real* grad = nullptr;       // allocated on first use
+    bool grad_stale = false;    // zero_grad ran: the buffer's values are to be read as zeros
     std::size_t size = 0;
     bool requires_grad = false;
     bool is_leaf = true;        // created by the user, not by an op: keeps .grad after backward
@@ -48,6 +49,15 @@ struct Storage {
     ~Storage();
     Storage(const Storage&) = delete;
     Storage& operator=(const Storage&) = delete;
+};
+
+// Where a backward writes one operand's gradient (Tensor::grad_target): the buffer, and whether it holds
+// no gradient yet. Then the op writes its values (=, gemm's β = 0) instead of adding them (+=, β = 1), and
+// the buffer was never zeroed: that saves a pass over every activation's gradient.
+struct GradTarget {
+    real* data;
+    bool overwrite;
+    real beta() const { return overwrite ? real(0) : real(1); }
 };
 
 class Tensor {
@@ -75,10 +85,13 @@ public:
     bool requires_grad() const { return storage_ && storage_->requires_grad; }
     Tensor& set_requires_grad(bool on = true);
     bool has_grad() const { return storage_ && storage_->grad; }
-    real* grad();                           // the gradient buffer, allocated and zeroed on first use
+    real* grad();                           // the gradient buffer to add to, allocated and zeroed on first use
     const real* grad() const;               // nullptr when no gradient has been accumulated
     std::vector<real> grad_vector() const;  // a copy (zeros when none)
-    void zero_grad();                       // sets an existing gradient to zero, keeps the buffer
+    // For a backward that gives every value of this view's gradient a contribution: see GradTarget. Only
+    // a view of its whole storage can be overwritten; another (a rows() view) is zeroed and added to.
+    GradTarget grad_target();
+    void zero_grad();                       // the gradient reads as zeros again; keeps the buffer
     bool is_leaf() const { return storage_->is_leaf; }
     void mark_non_leaf() { storage_->is_leaf = false; }
 
