@@ -158,7 +158,7 @@ struct SourcedValue {
 // `toml` under UBSan). It never asks inside a comment or inside the quotes of a one-line string value, so
 // those are the only places a non-ASCII character is accepted here. Elsewhere TOML allows only ASCII
 // anyway, except in quoted keys (train's settings have ASCII names) and in multi-line strings, which are
-// refused: a setting is one line.
+// refused: a setting is one line. So are arrays and inline tables (see below).
 void refuse_what_tomlplusplus_misreads(const std::string& text, const std::string& path) {
     enum class In { code, comment, key_string, value_string } in = In::code;
     char quote = 0;             // the quote that ends the string under way
@@ -192,6 +192,10 @@ void refuse_what_tomlplusplus_misreads(const std::string& text, const std::strin
             else if (ch == quote) in = In::code;
             break;
         case In::code:
+            // Arrays and inline tables are no setting's value, and toml++ asserts on some malformed ones
+            // ("x = [[}"): refused before it reads them.
+            if (ch == '{' || (ch == '[' && equals_seen))
+                refuse("a setting's value is one string, number or true/false, not an array or a table");
             if (ch == '#') in = In::comment;
             if (ch == '"' || ch == '\'') {
                 if (text.compare(i, 3, std::string(3, ch)) == 0) refuse("multi-line strings are not supported; a setting is one line");
