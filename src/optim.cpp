@@ -81,6 +81,7 @@ Tensor read_buffer(const char* who, const NamedTensor& e, const Tensor& param) {
 // ---- kernels -----------------------------------------------------------------------------------------------
 
 struct AdamCoefficients {
+    real grad_scale;                  // g ← g·scale (clipping)
     real beta1, one_minus_beta1;      // m ← β1·m + (1 − β1)·g
     real beta2, one_minus_beta2;      // v ← β2·v + (1 − β2)·g²
     real l2;                          // Adam: g ← g + wd·p (0 for AdamW)
@@ -90,13 +91,15 @@ struct AdamCoefficients {
     real eps;
 };
 
-// p, g, m, v: (n) — one pass over all four. (GCC vectorises it only under -fno-math-errno: otherwise
-// std::sqrt keeps a branch that may set errno.)
+// p, g, m, v: (n) — one pass over all four, on the calling thread (Adam::step shares the parameters'
+// pieces among the threads). GCC vectorises it only under -fno-math-errno: otherwise std::sqrt keeps a
+// branch that may set errno.
 void adam_update(real* p, const real* g, real* m, real* v, std::int64_t n, const AdamCoefficients& c) {
     const AdamCoefficients k = c;  // locals, so the vectoriser sees loop invariants
-#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
+#pragma omp simd
     for (std::int64_t i = 0; i < n; ++i) {
-        const real gi = g[i] + k.l2 * p[i];
+        const real scaled = g[i] * k.grad_scale;  // rounded to float here, as a clipped gradient is
+        const real gi = scaled + k.l2 * p[i];
         m[i] = k.beta1 * m[i] + k.one_minus_beta1 * gi;
         v[i] = k.beta2 * v[i] + k.one_minus_beta2 * (gi * gi);
         // denom = √v̂ + ε with v̂ = v / (1 − β2^t), taken as torch does: √v / √(1 − β2^t) + ε
@@ -106,6 +109,7 @@ void adam_update(real* p, const real* g, real* m, real* v, std::int64_t n, const
 }
 
 struct SgdCoefficients {
+    real grad_scale;                  // g ← g·scale (clipping)
     real lr, weight_decay;            // d = g + wd·p;  p ← p − lr·d
     bool use_momentum;
     real buf_keep, buf_take;          // buf ← keep·buf + take·d: (0, 1) on the first step, else (μ, 1 − dampening)
@@ -115,37 +119,50 @@ struct SgdCoefficients {
 // p, g, buf: (n); buf (zeroed before the first step) is unused without momentum. The momentum cases are
 // written as coefficients, not branches, so the loop vectorises; each product by 0 or 1 is exact.
 void sgd_update(real* p, const real* g, real* buf, std::int64_t n, const SgdCoefficients& c) {
-    const real lr = c.lr, wd = c.weight_decay;
+    const real lr = c.lr, wd = c.weight_decay, scale = c.grad_scale;
     if (!c.use_momentum) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] - lr * (g[i] + wd * p[i]);
+        for (std::int64_t i = 0; i < n; ++i) {
+            const real scaled = g[i] * scale;
+            p[i] = p[i] - lr * (scaled + wd * p[i]);
+        }
         return;
     }
     const real keep = c.buf_keep, take = c.buf_take, out_d = c.out_d, out_buf = c.out_buf;
 #pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
     for (std::int64_t i = 0; i < n; ++i) {
-        const real d = g[i] + wd * p[i];
+        const real scaled = g[i] * scale;
+        const real d = scaled + wd * p[i];
         buf[i] = keep * buf[i] + take * d;
         p[i] = p[i] - lr * (out_d * d + out_buf * buf[i]);
     }
 }
 
-// Σ g² in double, summed per fixed block of kBlock values and then over blocks in order: the same
-// result for any number of threads.
-double sum_of_squares(const real* g, std::int64_t n) {
-    constexpr std::int64_t kBlock = 1 << 13;
-    const std::int64_t blocks = (n + kBlock - 1) / kBlock;
-    std::vector<double> partial(static_cast<std::size_t>(blocks), 0.0);
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t b = 0; b < blocks; ++b) {
-        double s = 0;
-        const std::int64_t end = std::min(n, (b + 1) * kBlock);
-        for (std::int64_t i = b * kBlock; i < end; ++i) s += static_cast<double>(g[i]) * g[i];
-        partial[b] = s;
-    }
-    double total = 0;
-    for (double s : partial) total += s;
-    return total;
+// Σ g² of one block, in double, in 8 fixed lanes (lane l sums the values at l, l + 8, ...) added in a
+// fixed order at the end: vectorised, and the same result wherever the block is summed.
+double block_sum_of_squares(const real* g, std::int64_t n) {
+    constexpr int kLanes = 8;
+    double lane[kLanes] = {};
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(g[i + l]) * g[i + l];
+    for (; i < n; ++i) lane[i % kLanes] += static_cast<double>(g[i]) * g[i];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// A piece of one parameter: the unit that the passes over all gradients share among the threads. The
+// pieces are cut by size alone, so sums over them do not depend on the number of threads.
+struct Piece {
+    std::size_t param;
+    std::int64_t begin, end;
+};
+constexpr std::int64_t kPiece = 1 << 13;
+
+std::vector<Piece> pieces_of(const std::vector<Tensor>& tensors) {
+    std::vector<Piece> out;
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+        for (std::int64_t b = 0, n = tensors[t].numel(); b < n; b += kPiece) out.push_back({t, b, std::min(n, b + kPiece)});
+    return out;
 }
 
 }  // namespace
@@ -191,9 +208,19 @@ Adam::Adam(const ParamList& params, AdamOptions options, bool decoupled, const c
     check_option(who, "weight_decay", options.weight_decay, 0, INFINITY);
 }
 
-void Adam::step(double lr) {
+// The coefficients of every parameter first, then one parallel loop over the pieces of all of them: one
+// fork and join per step instead of one per parameter (the update is elementwise, so how the pieces are
+// shared changes nothing).
+void Adam::step(double lr, double grad_scale) {
     check_lr(decoupled_ ? "AdamW" : "Adam", lr);
     const AdamOptions& o = options_;
+    struct Update {
+        real *p, *m, *v;
+        const real* g;
+        AdamCoefficients c;
+    };
+    std::vector<Update> updates;
+    std::vector<Tensor> updated;
     for (std::size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = params_[i].tensor;
         if (!p.requires_grad() || !p.has_grad()) continue;
@@ -205,6 +232,7 @@ void Adam::step(double lr) {
         s.step += 1;
         const double t = static_cast<double>(s.step);
         AdamCoefficients c;
+        c.grad_scale = static_cast<real>(grad_scale);
         c.beta1 = static_cast<real>(o.beta1);
         c.one_minus_beta1 = static_cast<real>(1 - o.beta1);
         c.beta2 = static_cast<real>(o.beta2);
@@ -214,7 +242,17 @@ void Adam::step(double lr) {
         c.step_size = static_cast<real>(lr / (1 - std::pow(o.beta1, t)));
         c.bias_correction2_sqrt = static_cast<real>(std::sqrt(1 - std::pow(o.beta2, t)));
         c.eps = static_cast<real>(o.eps);
-        adam_update(p.data(), p.grad(), s.m.data(), s.v.data(), p.numel(), c);
+        updates.push_back({p.data(), s.m.data(), s.v.data(), p.grad(), c});
+        updated.push_back(p);
+    }
+    const std::vector<Piece> pieces = pieces_of(updated);
+    const std::int64_t count = static_cast<std::int64_t>(pieces.size());
+#pragma omp parallel for schedule(static) if (count > 8)
+    for (std::int64_t k = 0; k < count; ++k) {
+        const Piece& piece = pieces[k];
+        const Update& u = updates[piece.param];
+        const std::int64_t b = piece.begin;
+        adam_update(u.p + b, u.g + b, u.m + b, u.v + b, piece.end - piece.begin, u.c);
     }
 }
 
@@ -265,7 +303,7 @@ Sgd::Sgd(const ParamList& params, SgdOptions options)
         fail("SGD", "Nesterov momentum requires momentum > 0 and dampening = 0");
 }
 
-void Sgd::step(double lr) {
+void Sgd::step(double lr, double grad_scale) {
     check_lr("SGD", lr);
     const SgdOptions& o = options_;
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -274,6 +312,7 @@ void Sgd::step(double lr) {
         const bool first_step = o.momentum != 0 && !buffers_[i].defined();
         if (first_step) buffers_[i] = Tensor::zeros(p.shape());
         SgdCoefficients c;
+        c.grad_scale = static_cast<real>(grad_scale);
         c.lr = static_cast<real>(lr);
         c.weight_decay = static_cast<real>(o.weight_decay);
         c.use_momentum = o.momentum != 0;
@@ -306,20 +345,43 @@ void Sgd::load_state(const std::vector<NamedTensor>& state) {
 
 // ---- gradient checks ----------------------------------------------------------------------------------------
 
+// One parallel loop over the pieces of all gradients; each parameter's pieces are added in order, then
+// the parameters in order.
 double grad_norm(const ParamList& params) {
-    double total = 0;
-    for (const Tensor& t : unique_with_grad(params)) total += sum_of_squares(t.grad(), t.numel());
+    const std::vector<Tensor> tensors = unique_with_grad(params);
+    std::vector<const real*> grads;
+    for (const Tensor& t : tensors) grads.push_back(t.grad());
+    const std::vector<Piece> pieces = pieces_of(tensors);
+    std::vector<double> partial(pieces.size());
+    const std::int64_t count = static_cast<std::int64_t>(pieces.size());
+#pragma omp parallel for schedule(static) if (count > 8)
+    for (std::int64_t k = 0; k < count; ++k) {
+        const Piece& piece = pieces[k];
+        partial[k] = block_sum_of_squares(grads[piece.param] + piece.begin, piece.end - piece.begin);
+    }
+    double total = 0, param_total = 0;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+        param_total += partial[k];
+        if (k + 1 == pieces.size() || pieces[k + 1].param != pieces[k].param) {
+            total += param_total;
+            param_total = 0;
+        }
+    }
     return std::sqrt(total);
+}
+
+real clip_coefficient(double total, double max_norm) {
+    if (!(max_norm > 0)) fail("clip_grad_norm", "max_norm must be > 0, got " + std::to_string(max_norm));
+    return static_cast<real>(std::min(max_norm / (total + 1e-6), 1.0));
 }
 
 double clip_grad_norm(const ParamList& params, double max_norm) {
     if (!(max_norm > 0)) fail("clip_grad_norm", "max_norm must be > 0, got " + std::to_string(max_norm));
     const double total = grad_norm(params);
-    // torch.nn.utils.clip_grad_norm_: every gradient × min(max_norm / (total + 1e-6), 1), also when that
-    // is 1 (an exact no-op, but PyTorch spends the pass, and so does a fair benchmark). A non-finite norm
-    // leaves the gradients as they are, for --check-nan to name the op.
+    // torch.nn.utils.clip_grad_norm_: every gradient × min(max_norm / (total + 1e-6), 1). A non-finite
+    // norm leaves the gradients as they are, for --check-nan to name the op.
     if (!std::isfinite(total)) return total;
-    const real k = static_cast<real>(std::min(max_norm / (total + 1e-6), 1.0));
+    const real k = clip_coefficient(total, max_norm);
     for (Tensor t : unique_with_grad(params)) {
         real* g = t.grad();
         const std::int64_t n = t.numel();

@@ -27,9 +27,13 @@ class Optimizer {
 public:
     virtual ~Optimizer() = default;
 
-    // One update with learning rate lr (≥ 0, finite) from the current gradients.
-    virtual void step(double lr) = 0;
-    // Zeroes every gradient buffer (keeps it allocated: torch's zero_grad(set_to_none=False)).
+    // One update with learning rate lr (≥ 0, finite) from the current gradients, each multiplied by
+    // grad_scale on the way in (clipping's coefficient, see clip_coefficient: the same numbers as scaling
+    // the gradients first, without a pass of its own). The gradient buffers are left as they are.
+    virtual void step(double lr, double grad_scale) = 0;
+    void step(double lr) { step(lr, 1.0); }
+    // Every gradient reads as zero again (keeps the buffers, as torch's zero_grad(set_to_none=False);
+    // the first op to write one overwrites it: Tensor::grad_target).
     void zero_grad();
 
     // A snapshot (deep copies) of everything step() depends on besides lr and the parameters, named
@@ -70,7 +74,8 @@ class Adam : public Optimizer {
 public:
     // Throws std::invalid_argument unless 0 ≤ β1, β2 < 1, ε ≥ 0 and weight_decay ≥ 0.
     explicit Adam(const ParamList& params, AdamOptions options = {});
-    void step(double lr) override;
+    using Optimizer::step;
+    void step(double lr, double grad_scale) override;
     std::vector<NamedTensor> state() const override;  // "adam.step.<p>", "adam.m.<p>", "adam.v.<p>"
     void load_state(const std::vector<NamedTensor>& state) override;
 
@@ -113,7 +118,8 @@ class Sgd : public Optimizer {
 public:
     // Throws std::invalid_argument on negative values or an invalid Nesterov setting.
     explicit Sgd(const ParamList& params, SgdOptions options = {});
-    void step(double lr) override;
+    using Optimizer::step;
+    void step(double lr, double grad_scale) override;
     std::vector<NamedTensor> state() const override;  // "sgd.momentum_buffer.<p>"
     void load_state(const std::vector<NamedTensor>& state) override;
 
@@ -132,11 +138,14 @@ private:
 double grad_norm(const ParamList& params);
 
 // torch.nn.utils.clip_grad_norm_ (1.13): total = grad_norm(params); coef = max_norm / (total + 1e-6);
-// every gradient is multiplied by min(coef, 1), as PyTorch does (× 1 changes nothing, but costs the
-// same pass as in PyTorch). Returns total, the norm before clipping.
+// every gradient is multiplied by min(coef, 1), as PyTorch does. Returns total, the norm before clipping.
 // A non-finite total leaves the gradients untouched (torch would spread the NaN into them); check with
 // first_nonfinite_grad. Throws std::invalid_argument unless max_norm > 0 (+infinity: never clip).
+// A training loop passes clip_coefficient to Optimizer::step instead: the same update, one pass fewer.
 double clip_grad_norm(const ParamList& params, double max_norm);
+// min(max_norm / (total + 1e-6), 1) as float32, clip_grad_norm's factor for a finite total norm. Throws
+// as clip_grad_norm does.
+real clip_coefficient(double total, double max_norm);
 
 // The name of the first parameter (in list order) whose gradient holds a NaN or an infinity, or nullopt
 // when every gradient is finite.

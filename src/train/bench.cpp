@@ -168,10 +168,12 @@ double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, dou
     backward(loss, /*keep_tape=*/false, ops ? ops->hook() : RecordHook{});
     const double t_bwd = ms_since(t0);
     t0 = Clock::now();
-    if (o.clip > 0) clip_grad_norm(run.adam.params(), o.clip);
+    // torch_ref.py clips with clip_grad_norm_ (a pass that multiplies every gradient) and then steps;
+    // here the factor goes into Adam's pass (Optimizer::step): the same update.
+    const real clip = o.clip > 0 ? clip_coefficient(grad_norm(run.adam.params()), o.clip) : real(1);
     const double t_clip = ms_since(t0);
     t0 = Clock::now();
-    run.adam.step(lr);
+    run.adam.step(lr, clip);
     run.adam.zero_grad();
     const double t_optim = ms_since(t0);
     if (phase_ms) {

@@ -709,17 +709,20 @@ void Trainer::train_step(const Batch& b) {
     }
     optimizer_->zero_grad();
     backward(loss, /*keep_tape=*/c_.check_nan);
-    if (auto bad = first_nonfinite_grad(optimizer_->params())) {
+    // The norm is finite exactly when every gradient is: the pass that clipping needs is the check.
+    last_grad_norm_ = grad_norm(optimizer_->params());
+    if (!std::isfinite(last_grad_norm_)) {
+        const std::string bad = first_nonfinite_grad(optimizer_->params()).value_or("a parameter");
         std::string where = c_.check_nan ? "; " + first_nonfinite_backward() : " (run with --check-nan to find the op)";
         tape().clear();
-        throw std::runtime_error("non-finite gradient of " + *bad + " at step " + std::to_string(state_.step) + where +
+        throw std::runtime_error("non-finite gradient of " + bad + " at step " + std::to_string(state_.step) + where +
                                  "; the last checkpoint stays intact");
     }
     tape().clear();
-    if (heads_step) log_heads(b, report);  // before clipping rescales the gradients
+    if (heads_step) log_heads(b, report);  // gradients before clipping
     if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
-    last_grad_norm_ = c_.optim.clip > 0 ? clip_grad_norm(optimizer_->params(), c_.optim.clip) : grad_norm(optimizer_->params());
-    optimizer_->step(lr);
+    // Clipping (torch's clip_grad_norm_) as the optimizer's factor on the gradients: the same update.
+    optimizer_->step(lr, c_.optim.clip > 0 ? clip_coefficient(last_grad_norm_, c_.optim.clip) : 1.0);
     state_.dropout_offset = dropout_rng_.offset;
     state_.target_tokens += report.tokens;
 
