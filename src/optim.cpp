@@ -81,7 +81,6 @@ Tensor read_buffer(const char* who, const NamedTensor& e, const Tensor& param) {
 // ---- kernels -----------------------------------------------------------------------------------------------
 
 struct AdamCoefficients {
-    real grad_scale;                  // g ← g·scale (clipping)
     real beta1, one_minus_beta1;      // m ← β1·m + (1 − β1)·g
     real beta2, one_minus_beta2;      // v ← β2·v + (1 − β2)·g²
     real l2;                          // Adam: g ← g + wd·p (0 for AdamW)
@@ -98,8 +97,7 @@ void adam_update(real* p, const real* g, real* m, real* v, std::int64_t n, const
     const AdamCoefficients k = c;  // locals, so the vectoriser sees loop invariants
 #pragma omp simd
     for (std::int64_t i = 0; i < n; ++i) {
-        const real scaled = g[i] * k.grad_scale;  // rounded to float here, as a clipped gradient is
-        const real gi = scaled + k.l2 * p[i];
+        const real gi = g[i] + k.l2 * p[i];
         m[i] = k.beta1 * m[i] + k.one_minus_beta1 * gi;
         v[i] = k.beta2 * v[i] + k.one_minus_beta2 * (gi * gi);
         // denom = √v̂ + ε with v̂ = v / (1 − β2^t), taken as torch does: √v / √(1 − β2^t) + ε
@@ -109,7 +107,6 @@ void adam_update(real* p, const real* g, real* m, real* v, std::int64_t n, const
 }
 
 struct SgdCoefficients {
-    real grad_scale;                  // g ← g·scale (clipping)
     real lr, weight_decay;            // d = g + wd·p;  p ← p − lr·d
     bool use_momentum;
     real buf_keep, buf_take;          // buf ← keep·buf + take·d: (0, 1) on the first step, else (μ, 1 − dampening)
@@ -119,20 +116,16 @@ struct SgdCoefficients {
 // p, g, buf: (n); buf (zeroed before the first step) is unused without momentum. The momentum cases are
 // written as coefficients, not branches, so the loop vectorises; each product by 0 or 1 is exact.
 void sgd_update(real* p, const real* g, real* buf, std::int64_t n, const SgdCoefficients& c) {
-    const real lr = c.lr, wd = c.weight_decay, scale = c.grad_scale;
+    const real lr = c.lr, wd = c.weight_decay;
     if (!c.use_momentum) {
-#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i) {
-            const real scaled = g[i] * scale;
-            p[i] = p[i] - lr * (scaled + wd * p[i]);
-        }
+#pragma omp simd
+        for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] - lr * (g[i] + wd * p[i]);
         return;
     }
     const real keep = c.buf_keep, take = c.buf_take, out_d = c.out_d, out_buf = c.out_buf;
-#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelGrain)
+#pragma omp simd
     for (std::int64_t i = 0; i < n; ++i) {
-        const real scaled = g[i] * scale;
-        const real d = scaled + wd * p[i];
+        const real d = g[i] + wd * p[i];
         buf[i] = keep * buf[i] + take * d;
         p[i] = p[i] - lr * (out_d * d + out_buf * buf[i]);
     }
@@ -163,6 +156,31 @@ std::vector<Piece> pieces_of(const std::vector<Tensor>& tensors) {
     for (std::size_t t = 0; t < tensors.size(); ++t)
         for (std::int64_t b = 0, n = tensors[t].numel(); b < n; b += kPiece) out.push_back({t, b, std::min(n, b + kPiece)});
     return out;
+}
+
+// An optimizer's update over all its parameters in one parallel loop over their pieces: one fork and
+// join per step, not one per parameter (the updates are elementwise, so the split changes nothing).
+// update(k, begin, g, n) updates values [begin, begin + n) of parameter k from gradient values g, which
+// are the gradient times grad_scale: rounded to float in a buffer of the piece's own, exactly as a
+// gradient clipped in place would be (and the optimizer's arithmetic stays as written), without a pass
+// over all gradients in memory.
+template <class Update>
+void update_in_pieces(const std::vector<Tensor>& params, const std::vector<const real*>& grads, real grad_scale,
+                      Update update) {
+    const std::vector<Piece> pieces = pieces_of(params);
+    const std::int64_t count = static_cast<std::int64_t>(pieces.size());
+#pragma omp parallel for schedule(static) if (count > 8)
+    for (std::int64_t k = 0; k < count; ++k) {
+        const Piece& piece = pieces[k];
+        const std::int64_t n = piece.end - piece.begin;
+        const real* g = grads[piece.param] + piece.begin;
+        alignas(64) real scaled[kPiece];
+        if (grad_scale != real(1)) {
+            for (std::int64_t i = 0; i < n; ++i) scaled[i] = g[i] * grad_scale;
+            g = scaled;
+        }
+        update(piece.param, piece.begin, g, n);
+    }
 }
 
 }  // namespace
@@ -208,19 +226,17 @@ Adam::Adam(const ParamList& params, AdamOptions options, bool decoupled, const c
     check_option(who, "weight_decay", options.weight_decay, 0, INFINITY);
 }
 
-// The coefficients of every parameter first, then one parallel loop over the pieces of all of them: one
-// fork and join per step instead of one per parameter (the update is elementwise, so how the pieces are
-// shared changes nothing).
+// The coefficients of every parameter first, then update_in_pieces.
 void Adam::step(double lr, double grad_scale) {
     check_lr(decoupled_ ? "AdamW" : "Adam", lr);
     const AdamOptions& o = options_;
     struct Update {
         real *p, *m, *v;
-        const real* g;
         AdamCoefficients c;
     };
     std::vector<Update> updates;
     std::vector<Tensor> updated;
+    std::vector<const real*> grads;
     for (std::size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = params_[i].tensor;
         if (!p.requires_grad() || !p.has_grad()) continue;
@@ -232,7 +248,6 @@ void Adam::step(double lr, double grad_scale) {
         s.step += 1;
         const double t = static_cast<double>(s.step);
         AdamCoefficients c;
-        c.grad_scale = static_cast<real>(grad_scale);
         c.beta1 = static_cast<real>(o.beta1);
         c.one_minus_beta1 = static_cast<real>(1 - o.beta1);
         c.beta2 = static_cast<real>(o.beta2);
@@ -242,18 +257,15 @@ void Adam::step(double lr, double grad_scale) {
         c.step_size = static_cast<real>(lr / (1 - std::pow(o.beta1, t)));
         c.bias_correction2_sqrt = static_cast<real>(std::sqrt(1 - std::pow(o.beta2, t)));
         c.eps = static_cast<real>(o.eps);
-        updates.push_back({p.data(), s.m.data(), s.v.data(), p.grad(), c});
+        updates.push_back({p.data(), s.m.data(), s.v.data(), c});
         updated.push_back(p);
+        grads.push_back(p.grad());
     }
-    const std::vector<Piece> pieces = pieces_of(updated);
-    const std::int64_t count = static_cast<std::int64_t>(pieces.size());
-#pragma omp parallel for schedule(static) if (count > 8)
-    for (std::int64_t k = 0; k < count; ++k) {
-        const Piece& piece = pieces[k];
-        const Update& u = updates[piece.param];
-        const std::int64_t b = piece.begin;
-        adam_update(u.p + b, u.g + b, u.m + b, u.v + b, piece.end - piece.begin, u.c);
-    }
+    update_in_pieces(updated, grads, static_cast<real>(grad_scale),
+                     [&](std::size_t k, std::int64_t b, const real* g, std::int64_t n) {
+                         const Update& u = updates[k];
+                         adam_update(u.p + b, g, u.m + b, u.v + b, n, u.c);
+                     });
 }
 
 std::vector<NamedTensor> Adam::state() const {
@@ -306,13 +318,19 @@ Sgd::Sgd(const ParamList& params, SgdOptions options)
 void Sgd::step(double lr, double grad_scale) {
     check_lr("SGD", lr);
     const SgdOptions& o = options_;
+    struct Update {
+        real *p, *buf;
+        SgdCoefficients c;
+    };
+    std::vector<Update> updates;
+    std::vector<Tensor> updated;
+    std::vector<const real*> grads;
     for (std::size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = params_[i].tensor;
         if (!p.requires_grad() || !p.has_grad()) continue;
         const bool first_step = o.momentum != 0 && !buffers_[i].defined();
         if (first_step) buffers_[i] = Tensor::zeros(p.shape());
         SgdCoefficients c;
-        c.grad_scale = static_cast<real>(grad_scale);
         c.lr = static_cast<real>(lr);
         c.weight_decay = static_cast<real>(o.weight_decay);
         c.use_momentum = o.momentum != 0;
@@ -320,8 +338,15 @@ void Sgd::step(double lr, double grad_scale) {
         c.buf_take = first_step ? real(1) : static_cast<real>(1 - o.dampening);
         c.out_d = o.nesterov ? real(1) : real(0);
         c.out_buf = o.nesterov ? static_cast<real>(o.momentum) : real(1);
-        sgd_update(p.data(), p.grad(), c.use_momentum ? buffers_[i].data() : nullptr, p.numel(), c);
+        updates.push_back({p.data(), c.use_momentum ? buffers_[i].data() : nullptr, c});
+        updated.push_back(p);
+        grads.push_back(p.grad());
     }
+    update_in_pieces(updated, grads, static_cast<real>(grad_scale),
+                     [&](std::size_t k, std::int64_t b, const real* g, std::int64_t n) {
+                         const Update& u = updates[k];
+                         sgd_update(u.p + b, g, u.buf ? u.buf + b : nullptr, n, u.c);
+                     });
 }
 
 std::vector<NamedTensor> Sgd::state() const {

@@ -405,6 +405,50 @@ TEST_CASE("clip_grad_norm scales to max_norm and returns the norm before clippin
     CHECK(tf::clip_grad_norm(params, std::numeric_limits<double>::infinity()) == Approx(1.0).epsilon(1e-6));
 }
 
+TEST_CASE("step(lr, clip_coefficient) gives the same bits as clip_grad_norm then step(lr), for every optimizer",
+          "[optim]") {
+    // Parameters of several sizes (more than one piece of 8192 values), gradients large enough to clip.
+    tf::Rng rng(7);
+    std::vector<std::vector<real>> values, grads;
+    for (const std::int64_t n : {3, 8192, 20000}) {
+        std::vector<real> v(n), g(n);
+        for (auto& x : v) x = static_cast<real>(rng.normal());
+        for (auto& x : g) x = static_cast<real>(3 * rng.normal());
+        values.push_back(v);
+        grads.push_back(g);
+    }
+    const auto make = [&](std::vector<tf::Tensor>& ts) {
+        tf::ParamList params;
+        for (std::size_t i = 0; i < values.size(); ++i) {
+            ts.push_back(param(values[i]));
+            params.push_back({"p" + std::to_string(i), ts.back()});
+        }
+        return params;
+    };
+    const auto set_grads = [&](std::vector<tf::Tensor>& ts) {
+        for (std::size_t i = 0; i < ts.size(); ++i) set_grad(ts[i], grads[i]);
+    };
+    for (const std::string kind : {"adam", "adamw", "sgd"}) {
+        INFO(kind);
+        std::vector<tf::Tensor> a, b;
+        const tf::ParamList pa = make(a), pb = make(b);
+        const auto optimizer = [&](const tf::ParamList& p) -> std::unique_ptr<tf::Optimizer> {
+            if (kind == "adam") return std::make_unique<tf::Adam>(p, tf::AdamOptions{0.9, 0.98, 1e-9, 0.01});
+            if (kind == "adamw") return std::make_unique<tf::AdamW>(p, tf::AdamOptions{0.9, 0.98, 1e-9, 0.01});
+            return std::make_unique<tf::Sgd>(p, tf::SgdOptions{0.9, 0, true, 0.01});
+        };
+        auto oa = optimizer(pa), ob = optimizer(pb);
+        for (int step = 0; step < 3; ++step) {
+            set_grads(a);
+            set_grads(b);
+            tf::clip_grad_norm(pa, 1.0);
+            oa->step(1e-3);
+            ob->step(1e-3, tf::clip_coefficient(tf::grad_norm(pb), 1.0));
+        }
+        for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].to_vector() == b[i].to_vector());
+    }
+}
+
 TEST_CASE("gradient norms count a tied parameter once and do not depend on threading", "[optim]") {
     tf::Tensor w = param({3.0f, 4.0f});
     set_grad(w, {3.0f, 4.0f});
