@@ -205,6 +205,8 @@ TEST_CASE("train settings: a bad config file is refused with its line", "[train]
     CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("e.toml:1:9") && Contains("not an array"));
     args.config_file = write_file(tmp, "e2.toml", "valid-bleu = [[}\n");  // asserts inside toml++ 3.3
     CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("e2.toml:1:14") && Contains("not an array"));
+    args.config_file = write_file(tmp, "e4.toml", "\xEF\xBB\xBF[# a header that names no table\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("e4.toml:1: a table header"));
     args.config_file = write_file(tmp, "e3.toml", "heads = { a = 1 }\n");
     CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("e3.toml:1:9") && Contains("not an array"));
     // toml++ 3.3 reaches undefined behaviour on a non-ASCII character where it tests for whitespace (after
