@@ -39,3 +39,26 @@ TEST_CASE("a checkpoint's training state with a number out of its integer's rang
     j["epoch"] = 0.5;
     CHECK_THROWS_WITH(tf::train_state_from_json(j.dump()), Catch::Contains("epoch"));
 }
+
+TEST_CASE("a checkpoint's log window round-trips, may be absent (older checkpoints), and is refused when impossible",
+          "[checkpoint][fuzz]") {
+    tf::TrainState s;
+    s.step = 5;
+    s.log_window = {7.5, 6.25, 0.5, 30, 2};
+    const tf::TrainState back = tf::train_state_from_json(tf::to_json(s));
+    CHECK(back.log_window.loss == 7.5);
+    CHECK(back.log_window.nll == 6.25);
+    CHECK(back.log_window.seconds == 0.5);
+    CHECK(back.log_window.tokens == 30);
+    CHECK(back.log_window.steps == 2);
+    json j = json::parse(tf::to_json(s));
+    j.erase("log_window");
+    CHECK(tf::train_state_from_json(j.dump()).log_window.steps == 0);
+    for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+             {"steps", 6}, {"steps", -1}, {"tokens", -3}, {"loss", -1.0}, {"nll", nullptr}, {"seconds", 1.5e308 * 10}}) {
+        INFO(key << " = " << value.dump());
+        j = json::parse(tf::to_json(s));
+        j["log_window"][key] = value;
+        CHECK_THROWS_WITH(tf::train_state_from_json(j.dump()), Catch::Contains("log_window") || Catch::Contains("malformed"));
+    }
+}

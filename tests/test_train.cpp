@@ -1154,6 +1154,79 @@ TEST_CASE("train: a resumed run whose last step is a checkpoint ends exactly as 
     for (const char* key : {"last", "kept", "step", "best_step", "best_score"}) CHECK(sa.at(key) == sb.at(key));
 }
 
+TEST_CASE("train: with --log-every 3, a run resumed between two metrics lines writes the same lines as the "
+          "uninterrupted run (the log window is in the checkpoint)",
+          "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", split = tmp / "split";
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    c.log_every = 3;         // lines at 3, 6 and (the run's end) 8
+    c.checkpoint_every = 2;  // checkpoints at 2, 4, 6, 8: those at 2 and 4 fall inside a window
+    c.keep = 10;
+    c.max_steps = 8;
+    train_quietly(c);
+
+    // What a kill right after the checkpoint at step 4 leaves; then the same after the one at step 2.
+    for (const std::int64_t last : {4, 2}) {
+        INFO("resumed from step " << last);
+        fs::remove_all(split);
+        fs::copy(straight, split, fs::copy_options::recursive);
+        for (std::int64_t step = last + 2; step <= 8; step += 2) fs::remove(split + "/" + checkpoint_name(step));
+        tf::TrainConfig resume;
+        resume.out_dir = split;
+        resume.resume = true;
+        resume.threads = 1;
+        const std::string log = train_quietly(resume);
+        CHECK_THAT(log, Catch::Contains("(step " + std::to_string(last) + ","));
+        const auto a = metrics_without_timing(straight), b = metrics_without_timing(split);
+        REQUIRE(a.size() == b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+        CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+    }
+}
+
+TEST_CASE("train: with --log-every 3, SIGTERM between two metrics lines writes no partial line, and --resume "
+          "ends as the uninterrupted run",
+          "[train]") {
+    Corpus corpus(100);
+    TempDir tmp;
+    const std::string out = tmp / "run", err = tmp / "child.stderr", straight = tmp / "straight";
+    std::vector<std::string> args = endless_train_args(corpus, out, {"--total-steps", "100000"});
+    *(std::find(args.begin(), args.end(), "--log-every") + 1) = "3";
+    // The signal lands on a step of its own choosing; one between two lines is what this test is about.
+    std::int64_t n = 0;
+    for (int attempt = 0; attempt < 8 && n % 3 == 0; ++attempt) {
+        fs::remove_all(out);
+        Child child(args, err);
+        wait_for_steps(out, 1);  // step 3: the signal handlers are installed by then
+        REQUIRE(::kill(child.pid, SIGTERM) == 0);
+        REQUIRE(child.wait_exit(std::chrono::seconds(60)) == 130);
+        n = read_state(out).at("step");
+    }
+    INFO("interrupted at step " << n);
+    if (n % 3 == 0) {
+        WARN("eight signals all landed on a log step; the partial-window path was not exercised");
+        return;
+    }
+    for (const json& line : of_type(read_metrics(out), "train")) CHECK(line.at("step").get<std::int64_t>() % 3 == 0);
+
+    const std::string until = std::to_string(n - n % 3 + 7);  // past the next line, ending between two
+    const CliRun resumed = run_train(tmp, "--resume --max-steps " + until + " --out " + shell_quote(out));
+    INFO("resume stderr: " << resumed.err);
+    REQUIRE(resumed.status == 0);
+    // The same run in one go: endless_train_args with --max-steps as the resumed run has it.
+    args = endless_train_args(corpus, straight, {"--total-steps", "100000"});
+    *(std::find(args.begin(), args.end(), "--log-every") + 1) = "3";
+    *(std::find(args.begin(), args.end(), "--max-steps") + 1) = until;
+    Child whole(args, tmp / "whole.stderr");
+    REQUIRE(whole.wait_exit(std::chrono::seconds(120)) == 0);
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(out);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    CHECK((read_all(straight + "/model.safetensors") == read_all(out + "/model.safetensors")));
+}
+
 TEST_CASE("train: a run killed during its final validation owes it: --resume validates and ends as the whole run",
           "[train]") {
     Corpus corpus(100, 20);

@@ -42,6 +42,13 @@ struct TrainState {
     double train_seconds = 0;          // training time so far, validation and checkpoints excluded
     std::int64_t target_tokens = 0;    // non-pad target tokens trained on
     std::int64_t skipped_empty = 0, filtered_long = 0;  // corpus statistics, for the log
+    // The steps since the last metrics line (a line every --log-every steps averages them): kept in the
+    // checkpoint, so that a run resumed between two lines writes the next one as the whole run would.
+    struct LogWindow {
+        double loss = 0, nll = 0;         // Σ over the steps of the step's mean × its target tokens
+        double seconds = 0;
+        std::int64_t tokens = 0, steps = 0;
+    } log_window;
 };
 std::string to_json(const TrainState& s);
 TrainState train_state_from_json(const std::string& json);  // throws std::runtime_error when malformed

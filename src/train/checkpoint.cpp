@@ -181,7 +181,12 @@ std::string to_json(const TrainState& s) {
                         {"train_seconds", s.train_seconds},
                         {"target_tokens", s.target_tokens},
                         {"skipped_empty", s.skipped_empty},
-                        {"filtered_long", s.filtered_long}};
+                        {"filtered_long", s.filtered_long},
+                        {"log_window", {{"loss", s.log_window.loss},
+                                        {"nll", s.log_window.nll},
+                                        {"seconds", s.log_window.seconds},
+                                        {"tokens", s.log_window.tokens},
+                                        {"steps", s.log_window.steps}}}};
     return j.dump();
 }
 
@@ -200,6 +205,14 @@ TrainState train_state_from_json(const std::string& text) {
         s.target_tokens = json_integer<std::int64_t>(j.at("target_tokens"), "target_tokens");
         s.skipped_empty = json_integer_or<std::int64_t>(j, "skipped_empty", 0);
         s.filtered_long = json_integer_or<std::int64_t>(j, "filtered_long", 0);
+        if (j.contains("log_window")) {  // absent in checkpoints from before it was kept: an empty window
+            const nlohmann::json& w = j.at("log_window");
+            s.log_window.loss = w.at("loss").get<double>();
+            s.log_window.nll = w.at("nll").get<double>();
+            s.log_window.seconds = w.at("seconds").get<double>();
+            s.log_window.tokens = json_integer<std::int64_t>(w.at("tokens"), "log_window.tokens");
+            s.log_window.steps = json_integer<std::int64_t>(w.at("steps"), "log_window.steps");
+        }
         // Values no run reaches: a resumed run would act on them (skip a validation it owes, report
         // a best step from its future, a negative time), so they are refused here.
         auto refuse = [](const std::string& what) { throw std::runtime_error(what); };
@@ -214,6 +227,12 @@ TrainState train_state_from_json(const std::string& text) {
         for (auto [key, count] : {std::pair<const char*, std::int64_t>{"target_tokens", s.target_tokens},
                                   {"skipped_empty", s.skipped_empty}, {"filtered_long", s.filtered_long}})
             if (count < 0) refuse(std::string(key) + " " + std::to_string(count) + " is negative");
+        const TrainState::LogWindow& w = s.log_window;
+        for (auto [key, sum] : {std::pair<const char*, double>{"loss", w.loss}, {"nll", w.nll}, {"seconds", w.seconds}})
+            if (!std::isfinite(sum) || sum < 0) refuse(std::string("log_window.") + key + " is not a finite sum >= 0");
+        if (w.tokens < 0 || w.steps < 0 || w.steps > s.step)
+            refuse("log_window covers " + std::to_string(w.steps) + " steps and " + std::to_string(w.tokens) +
+                   " tokens at step " + std::to_string(s.step));
         return s;
     } catch (const std::exception& e) {
         throw std::runtime_error(std::string("training state is malformed: ") + e.what());

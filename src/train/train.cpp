@@ -380,7 +380,7 @@ private:
     void lock_directory();
     std::string resume_checkpoint();
     void train_step(const Batch& batch);
-    void log_progress(bool force_line);
+    void log_progress(bool force_line, bool interrupted = false);
     bool validate();  // false when a signal interrupted it (nothing of it kept: the run still owes it)
     void validate_now(const ProgressFn& after_each_batch);  // validate()'s work
     void checkpoint();              // writes one unless the newest already holds this state
@@ -410,11 +410,15 @@ private:
     std::ofstream heads_log_;  // heads.jsonl, with --log-heads-every
     TrainResult result_;
 
-    // Accumulated since the last log line.
-    double window_loss_ = 0, window_nll_ = 0, window_seconds_ = 0, last_grad_norm_ = 0, last_lr_ = 0;
+    // For the next log line (the steps it averages are state_.log_window).
+    double last_grad_norm_ = 0, last_lr_ = 0;
     std::vector<std::pair<std::string, double>> layer_grad_norms_;  // of the last log step, before clipping
-    std::int64_t window_tokens_ = 0, window_steps_ = 0;
-    TrainState checkpointed_{-1};  // what the newest checkpoint holds (step −1: none yet)
+    TrainState checkpointed_ = no_checkpoint();  // what the newest checkpoint holds (step −1: none yet)
+    static TrainState no_checkpoint() {
+        TrainState s;
+        s.step = -1;
+        return s;
+    }
     Clock::time_point last_bar_ = Clock::now();
 };
 
@@ -728,17 +732,19 @@ void Trainer::train_step(const Batch& b) {
 
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     state_.train_seconds += seconds;
-    window_seconds_ += seconds;
-    window_loss_ += report.loss * double(report.tokens);
-    window_nll_ += report.nll * double(report.tokens);
-    window_tokens_ += report.tokens;
-    ++window_steps_;
+    TrainState::LogWindow& window = state_.log_window;
+    window.seconds += seconds;
+    window.loss += report.loss * double(report.tokens);
+    window.nll += report.nll * double(report.tokens);
+    window.tokens += report.tokens;
+    ++window.steps;
     last_lr_ = lr;
     result_.last_loss = report.loss;
 }
 
 double Trainer::eta_seconds() const {
-    const double per_step = window_steps_ ? window_seconds_ / double(window_steps_) : 0;
+    const TrainState::LogWindow& window = state_.log_window;
+    const double per_step = window.steps ? window.seconds / double(window.steps) : 0;
     double eta = std::numeric_limits<double>::infinity();
     if (c_.max_steps) eta = std::min(eta, double(c_.max_steps - state_.step) * per_step);
     if (c_.epochs) {
@@ -750,33 +756,38 @@ double Trainer::eta_seconds() const {
     return eta;
 }
 
-void Trainer::log_progress(bool force_line) {
+// A metrics line every --log-every steps, averaging the steps since the last one (state_.log_window), and
+// at the end of the run. An interrupted run only prints the window so far: the window stays in the
+// checkpoint, and the resumed run writes the line at the same step as the uninterrupted run would.
+void Trainer::log_progress(bool force_line, bool interrupted) {
+    TrainState::LogWindow& window = state_.log_window;
     const bool at_log_step = state_.step % c_.log_every == 0;
     if (!at_log_step && !force_line) {
         // The live bar: redraw at most ten times a second.
-        if (bar_ && Clock::now() - last_bar_ > std::chrono::milliseconds(100) && window_tokens_ > 0) {
+        if (bar_ && Clock::now() - last_bar_ > std::chrono::milliseconds(100) && window.tokens > 0) {
             last_bar_ = Clock::now();
             double total = c_.max_steps ? double(c_.max_steps) : 0;
             if (c_.epochs) total = total ? std::min(total, double(c_.epochs * batcher_->num_batches())) : double(c_.epochs * batcher_->num_batches());
             double frac = total > 0 ? double(state_.step) / total : state_.train_seconds / (c_.time_budget_minutes * 60);
             frac = std::clamp(frac, 0.0, 1.0);
             const int width = 20, filled = static_cast<int>(frac * width);
-            const double loss = window_loss_ / double(window_tokens_), nll = window_nll_ / double(window_tokens_);
+            const double loss = window.loss / double(window.tokens), nll = window.nll / double(window.tokens);
             log_ << "\r\033[K[" << std::string(filled, '#') << std::string(width - filled, '.') << "] step " << state_.step
                  << " | ep " << state_.epoch + 1 << " | loss " << fmt("%.3f", loss) << " | ppl " << fmt("%.2f", std::exp(nll))
-                 << " | lr " << fmt("%.2e", last_lr_) << " | " << fmt("%.0f", double(window_tokens_) / window_seconds_)
+                 << " | lr " << fmt("%.2e", last_lr_) << " | " << fmt("%.0f", double(window.tokens) / window.seconds)
                  << " tok/s | ETA " << clock_text(eta_seconds()) << std::flush;
         }
         return;
     }
-    if (window_tokens_ == 0) return;
-    const double loss = window_loss_ / double(window_tokens_), nll = window_nll_ / double(window_tokens_);
-    const double tok_s = double(window_tokens_) / window_seconds_;
+    if (window.tokens == 0) return;
+    const double loss = window.loss / double(window.tokens), nll = window.nll / double(window.tokens);
+    const double tok_s = double(window.tokens) / window.seconds;
     if (bar_) log_ << "\r\033[K";
     log_ << "step " << state_.step << " | epoch " << state_.epoch + 1 << " | loss " << fmt("%.4f", loss) << " | nll "
          << fmt("%.4f", nll) << " | ppl " << fmt("%.2f", std::exp(nll)) << " | lr " << fmt("%.3e", last_lr_) << " | |g| "
          << fmt("%.3f", last_grad_norm_) << " | " << fmt("%.0f", tok_s) << " tgt tok/s | " << clock_text(state_.train_seconds)
-         << " elapsed | ETA " << clock_text(eta_seconds()) << "\n";
+         << " elapsed | ETA " << clock_text(eta_seconds()) << (interrupted ? " (interrupted)" : "") << "\n";
+    if (interrupted) return;
     nlohmann::json line = {{"type", "train"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"loss", loss}, {"nll", nll},
                            {"ppl", std::exp(nll)}, {"lr", last_lr_}, {"grad_norm", last_grad_norm_}, {"tok_per_s", tok_s},
                            {"elapsed", state_.train_seconds}};
@@ -784,8 +795,7 @@ void Trainer::log_progress(bool force_line) {
     if (state_.step % c_.log_every == 0 && !layer_grad_norms_.empty()) line["layer_grad_norms"] = layer_grad_norms_;
     layer_grad_norms_.clear();
     write_metrics(line);
-    window_loss_ = window_nll_ = window_seconds_ = 0;
-    window_tokens_ = window_steps_ = 0;
+    window = TrainState::LogWindow{};
 }
 
 // A signal during validation ends it after the batch under way: a large validation set must not keep a
@@ -843,12 +853,13 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
          << " (" << fmt("%.1f", std::chrono::duration<double>(Clock::now() - t0).count()) << " s)\n";
 }
 
-// Not only the step: a validation or the end of an epoch after the checkpoint at this step changes what a
-// resumed run must do, so the checkpoint is written again.
+// Not only the step: a validation, the end of an epoch or the run's last metrics line after the checkpoint
+// at this step changes what a resumed run must do, so the checkpoint is written again.
 bool Trainer::unsaved_changes() const {
     const TrainState &now = state_, &saved = checkpointed_;
     return now.step != saved.step || now.epoch != saved.epoch || now.batch_in_epoch != saved.batch_in_epoch ||
-           now.valid_step != saved.valid_step || now.best_step != saved.best_step;
+           now.valid_step != saved.valid_step || now.best_step != saved.best_step ||
+           now.log_window.steps != saved.log_window.steps;
 }
 
 void Trainer::checkpoint() {
@@ -945,8 +956,8 @@ TrainResult Trainer::run() {
             if (reason.empty()) reason = stop_reason();
         }
     }
-    log_progress(true);
     result_.interrupted = reason == "interrupted";
+    log_progress(true, result_.interrupted);
     // The run ends with a validation of its last weights (unless interrupted: the resumed run owes it).
     if (!result_.interrupted && !validate()) {
         result_.interrupted = true;
