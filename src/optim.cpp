@@ -193,20 +193,29 @@ ParamList named_by_index(const std::vector<Tensor>& tensors) {
 
 // ---- Optimizer -----------------------------------------------------------------------------------------------
 
-Optimizer::Optimizer(const ParamList& params, const char* who) {
+namespace {
+
+// Each storage once, under its first name; throws on an undefined tensor or one name for two tensors.
+ParamList unique_parameters(const ParamList& params, const char* who) {
+    ParamList unique;
     for (const NamedTensor& p : params) {
         if (!p.tensor.defined()) fail(who, "parameter '" + p.name + "' is an undefined tensor");
         bool shared = false;
-        for (const NamedTensor& kept : params_) {
+        for (const NamedTensor& kept : unique) {
             if (kept.tensor.same_storage(p.tensor)) {
                 shared = true;  // a tied parameter under a second name: update it once, under the first
             } else if (kept.name == p.name) {
                 fail(who, "two different tensors are both named '" + p.name + "'");
             }
         }
-        if (!shared) params_.push_back(p);
+        if (!shared) unique.push_back(p);
     }
+    return unique;
 }
+
+}  // namespace
+
+Optimizer::Optimizer(const ParamList& params, const char* who) : params_(unique_parameters(params, who)) {}
 
 void Optimizer::zero_grad() {
     for (NamedTensor& p : params_) p.tensor.zero_grad();
@@ -366,6 +375,61 @@ void Sgd::load_state(const std::vector<NamedTensor>& state) {
         loaded[i] = read_buffer("SGD", e, params_[i].tensor);
     }
     buffers_ = std::move(loaded);
+}
+
+// ---- WeightAverage ----------------------------------------------------------------------------------------------
+
+WeightAverage::WeightAverage(const ParamList& params, double decay)
+    : params_(unique_parameters(params, "WeightAverage")), decay_(decay) {
+    if (!(decay > 0 && decay < 1)) fail("WeightAverage", "decay must be in (0, 1), got " + std::to_string(decay));
+    for (const NamedTensor& p : params_) average_.push_back(p.tensor.clone());
+}
+
+void WeightAverage::update(std::int64_t t) {
+    if (t < 1) fail("WeightAverage", "update number must be >= 1, got " + std::to_string(t));
+    const double d = std::min(decay_, (1.0 + double(t)) / (10.0 + double(t)));
+    const real take = static_cast<real>(1 - d);
+    std::vector<Tensor> params;
+    for (const NamedTensor& p : params_) params.push_back(p.tensor);
+    const std::vector<Piece> pieces = pieces_of(params);
+    const std::int64_t count = static_cast<std::int64_t>(pieces.size());
+#pragma omp parallel for schedule(static) if (count > 8)
+    for (std::int64_t k = 0; k < count; ++k) {
+        const Piece& piece = pieces[k];
+        const real* p = params[piece.param].data() + piece.begin;
+        real* a = average_[piece.param].data() + piece.begin;
+        const std::int64_t n = piece.end - piece.begin;
+#pragma omp simd
+        for (std::int64_t i = 0; i < n; ++i) a[i] += take * (p[i] - a[i]);
+    }
+}
+
+void WeightAverage::swap_into_parameters() {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        real* p = params_[i].tensor.data();
+        std::swap_ranges(p, p + params_[i].tensor.numel(), average_[i].data());
+    }
+}
+
+std::vector<NamedTensor> WeightAverage::state() const {
+    std::vector<NamedTensor> out;
+    for (std::size_t i = 0; i < params_.size(); ++i) out.push_back({"ema." + params_[i].name, average_[i].clone()});
+    return out;
+}
+
+void WeightAverage::load_state(const std::vector<NamedTensor>& state) {
+    const auto index = index_by_name(params_);
+    std::vector<Tensor> loaded(params_.size());
+    for (const NamedTensor& e : state) {
+        if (e.name.compare(0, 4, "ema.") != 0) continue;
+        auto it = index.find(e.name.substr(4));
+        if (it == index.end()) fail("WeightAverage", "state entry '" + e.name + "' names no parameter");
+        if (loaded[it->second].defined()) fail("WeightAverage", "state entry '" + e.name + "' is given twice");
+        loaded[it->second] = read_buffer("WeightAverage", e, params_[it->second].tensor);
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i)
+        if (!loaded[i].defined()) fail("WeightAverage", "no state entry 'ema." + params_[i].name + "'");
+    average_ = std::move(loaded);
 }
 
 // ---- gradient checks ----------------------------------------------------------------------------------------

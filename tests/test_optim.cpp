@@ -480,3 +480,67 @@ TEST_CASE("first_nonfinite_grad names the first parameter with a NaN or infinite
     CHECK(std::isnan(tf::clip_grad_norm(params, 1.0)));
     CHECK(a.grad_vector() == std::vector<real>{0.5f, -0.5f});
 }
+
+// ---- the weight average (--ema) ------------------------------------------------------------------------------------
+
+TEST_CASE("WeightAverage follows a ← a + (1 − d_t)(p − a), d_t = min(decay, (1 + t)/(10 + t)), per value", "[optim]") {
+    // A parameter large enough to be cut into several pieces (the threaded path) and a small one.
+    std::vector<real> big0(20000);
+    for (std::size_t i = 0; i < big0.size(); ++i) big0[i] = real(std::sin(0.1 * double(i)));
+    tf::Tensor big = param(big0), small = param(kP0);
+    tf::WeightAverage average({{"big", big}, {"small", small}}, 0.5);
+    std::vector<double> want_big(big0.begin(), big0.end()), want_small(kP0.begin(), kP0.end());
+    for (int t = 1; t <= 4; ++t) {
+        // New weights, as an optimizer step would leave them.
+        for (std::int64_t i = 0; i < big.numel(); ++i) big.data()[i] = real(std::cos(0.01 * double(i * t)));
+        for (std::int64_t i = 0; i < 3; ++i) small.data()[i] = kP0[i] + real(t) * kGrads[t % 3][i];
+        average.update(t);
+        // d_1 = 2/11, d_2 = 3/12, then the cap 0.5 from t = 8 on: here t = 3, 4 give 4/13, 5/14.
+        const double d = std::min(0.5, (1.0 + t) / (10.0 + t));
+        for (std::size_t i = 0; i < want_big.size(); ++i) want_big[i] += (1 - d) * (big.data()[i] - want_big[i]);
+        for (std::size_t i = 0; i < 3; ++i) want_small[i] += (1 - d) * (small.data()[i] - want_small[i]);
+    }
+    const std::vector<real> last_big = big.to_vector(), last_small = small.to_vector();
+    average.swap_into_parameters();
+    check_close(big.to_vector(), want_big, 1e-6);
+    check_close(small.to_vector(), want_small, 1e-6);
+    CHECK(big.to_vector() != last_big);  // the average is not the last weights
+    average.swap_into_parameters();      // and swapping back restores them exactly
+    CHECK(big.to_vector() == last_big);
+    CHECK(small.to_vector() == last_small);
+
+    SECTION("the cap: late updates forget 1 − decay of the average") {
+        tf::Tensor p = param({0.0f});
+        tf::WeightAverage a({{"p", p}}, 0.9);
+        p.data()[0] = 1.0f;
+        a.update(1000);  // (1 + t)/(10 + t) > 0.9: d = 0.9
+        {
+            tf::AveragedWeightsScope scope(&a);
+            CHECK(p.data()[0] == Approx(0.1).margin(1e-7));
+        }
+        CHECK(p.data()[0] == 1.0f);  // the scope swapped back
+    }
+}
+
+TEST_CASE("WeightAverage keeps tied parameters once, round-trips its state and refuses state that does not fit",
+          "[optim]") {
+    tf::Tensor shared = param(kP0);
+    tf::WeightAverage average({{"embed.weight", shared}, {"out.weight", shared}}, 0.9);
+    auto state = average.state();
+    REQUIRE(state.size() == 1);
+    CHECK(state[0].name == "ema.embed.weight");
+
+    shared.data()[0] = 7.0f;
+    average.update(1);
+    tf::Tensor other = param(kP0);
+    tf::WeightAverage restored({{"embed.weight", other}, {"out.weight", other}}, 0.9);
+    restored.load_state(average.state());
+    CHECK(restored.state()[0].tensor.to_vector() == average.state()[0].tensor.to_vector());
+
+    CHECK_THROWS_WITH(restored.load_state({}), Contains("no state entry 'ema.embed.weight'"));
+    CHECK_THROWS_WITH(restored.load_state({{"ema.other", tf::Tensor::zeros(tf::Shape{3})}}), Contains("names no parameter"));
+    CHECK_THROWS_WITH(restored.load_state({{"ema.embed.weight", tf::Tensor::zeros(tf::Shape{4})}}), Contains("shape (4)"));
+    CHECK_THROWS_WITH(tf::WeightAverage({{"w", param(kP0)}}, 1.0), Contains("decay must be in (0, 1)"));
+    CHECK_THROWS_WITH(tf::WeightAverage({{"w", param(kP0)}}, 0.0), Contains("decay must be in (0, 1)"));
+    CHECK_THROWS_WITH(average.update(0), Contains(">= 1"));
+}

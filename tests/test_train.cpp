@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -1762,5 +1763,80 @@ TEST_CASE("train: --resume with a stopping rule given as 0 lifts that rule (--ep
         CHECK(r.status == 0);
         CHECK(read_state(out).at("step") == epoch_steps + 2);
         CHECK(of_type(read_metrics(out), "train").size() == static_cast<std::size_t>(epoch_steps + 2));
+    }
+}
+
+TEST_CASE("train: with --ema, validation scores the weight average, model.safetensors and checkpoints hold it, and "
+          "--resume continues it bit for bit",
+          "[train]") {
+    Corpus corpus(180, 20);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", split = tmp / "split";
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_bleu = false;  // best = lowest validation loss
+    c.valid_every = 4;
+    c.checkpoint_every = 4;
+    c.optim.ema = 0.9;
+    c.max_steps = 8;
+    const std::string log = train_quietly(c);
+    CHECK_THAT(log, Catch::Contains("validates a weight average (ema 0.9)") && Catch::Contains("(weight average)"));
+    for (const json& v : of_type(read_metrics(straight), "valid")) CHECK(v.at("weights") == "ema");
+
+    // The checkpoint holds weights, optimizer state and the average (tied tables once: this model ties none).
+    const tf::SafetensorsFile last = tf::load_safetensors(straight + "/" + checkpoint_name(8));
+    std::size_t averaged = 0;
+    for (const auto& [name, entry] : last.tensors)
+        if (name.rfind("ema.", 0) == 0) {
+            ++averaged;
+            const std::string param = name.substr(4);
+            REQUIRE(last.tensors.count(param) == 1);
+            CHECK(entry.shape == last.tensors.at(param).shape);
+        }
+    CHECK(averaged == tf::Transformer(tf::load_model_dir(straight).model->config).parameters().size());
+
+    // model.safetensors is the average at the best step, not that step's weights.
+    const std::int64_t best = read_state(straight).at("best_step");
+    REQUIRE((best == 4 || best == 8));
+    const tf::SafetensorsFile at_best = tf::load_safetensors(straight + "/" + checkpoint_name(best));
+    const tf::SafetensorsFile model = tf::load_safetensors(straight + "/model.safetensors");
+    for (const auto& [name, entry] : model.tensors) {
+        INFO(name);
+        CHECK(entry.values == at_best.tensors.at("ema." + name).values);
+        CHECK(entry.values != at_best.tensors.at(name).values);
+    }
+    // A checkpoint given to translate/eval/heads stands for the averaged weights, too.
+    const tf::ModelBundle from_checkpoint = tf::load_model_dir(straight + "/" + checkpoint_name(best));
+    for (const tf::NamedTensor& p : from_checkpoint.model->parameters()) {
+        INFO(p.name);
+        const auto& stored = at_best.tensors.at("ema." + p.name).values;
+        CHECK(std::memcmp(stored.data(), p.tensor.data(), stored.size()) == 0);
+    }
+
+    // Stopped at step 4 and resumed: the same average, checkpoint and model, bit for bit.
+    c.out_dir = split;
+    c.max_steps = 4;
+    train_quietly(c);
+    tf::TrainConfig resume;
+    resume.out_dir = split;
+    resume.resume = true;
+    resume.max_steps = 8;
+    resume.threads = 1;
+    train_quietly(resume);
+    const tf::SafetensorsFile again = tf::load_safetensors(split + "/" + checkpoint_name(8));
+    REQUIRE(again.tensors.size() == last.tensors.size());
+    for (const auto& [name, entry] : last.tensors) {
+        INFO(name);
+        CHECK(entry.values == again.tensors.at(name).values);
+    }
+    CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+
+    SECTION("a checkpoint without the average that the run keeps (or the other way round) is refused") {
+        json run = json::parse(read_all(split + "/run.json"));
+        run["optim"]["ema"] = 0;
+        write_all(split + "/run.json", run.dump());
+        resume.max_steps = 12;
+        CHECK_THAT(train_error(resume), Catch::Contains(checkpoint_name(8)) && Catch::Contains("holds a weight average"));
     }
 }

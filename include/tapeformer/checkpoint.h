@@ -60,14 +60,17 @@ std::string tokenizer_hash(const TokenizerPair& tokenizers);
 
 // DIR/model.safetensors: weights only (and tokenizer_hash, when given).
 void save_model_weights(const std::string& path, const Transformer& model, const std::string& tokenizer_hash = "");
-// A training checkpoint: weights, the optimizer's state (names prefixed "optim."), the TrainState.
+// A training checkpoint: weights, the optimizer's state (names prefixed "optim."), the weight average
+// when the run keeps one (--ema: "ema.<parameter>"), the TrainState.
 void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
-                              const TrainState& state, const std::string& tokenizer_hash = "");
-// Loads weights and optimizer state in place and returns the TrainState. Checks format, checksum, names
-// and shapes; every problem is one std::runtime_error line naming the file.
+                              const TrainState& state, const std::string& tokenizer_hash = "",
+                              const WeightAverage* average = nullptr);
+// Loads weights, optimizer state and (with `average`) the weight average in place and returns the
+// TrainState. Checks format, checksum, names and shapes; every problem is one std::runtime_error line
+// naming the file; a checkpoint with a weight average loaded without one, or the other way round, too.
 // With `tokenizer_hash` (of the run's tokenizer files), a checkpoint trained with another tokenizer is refused.
 TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
-                                    const std::string& tokenizer_hash = "");
+                                    const std::string& tokenizer_hash = "", WeightAverage* average = nullptr);
 
 // The names training gives its checkpoints: "checkpoints/step-00000042.safetensors" (relative to DIR).
 std::string checkpoint_name(std::int64_t step);
@@ -87,8 +90,9 @@ struct ModelBundle {
 // its checkpoints: then the weights of the newest one are used, and `note` says so. Errors (missing
 // directory or files, a corrupted or truncated file, another format version, a tokenizer that does not
 // match the model's vocabulary) are one std::runtime_error line naming the path and what to do.
-// `path` may also be one of the run's checkpoints, DIR/checkpoints/step-N.safetensors: its weights, with DIR's
-// tokenizers (so that every command can be run on the checkpoints --keep-every keeps).
+// `path` may also be one of the run's checkpoints, DIR/checkpoints/step-N.safetensors: its weights (those
+// validation scores: the average of a run with --ema), with DIR's tokenizers (so that every command can be
+// run on the checkpoints --keep-every keeps).
 ModelBundle load_model_dir(const std::string& path);
 
 TF_NAMESPACE_END

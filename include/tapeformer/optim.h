@@ -130,6 +130,54 @@ private:
     std::vector<Tensor> buffers_;  // buffers_[i] belongs to params_[i]; undefined until its first step
 };
 
+// ---- an average of the weights ----------------------------------------------------------------------
+// An exponential moving average of the parameters, kept beside them (Polyak averaging; Marian's
+// --exponential-smoothing, timm's ModelEmaV2). After update t (t = 1, 2, ...), for every value:
+//   a ← a + (1 − d_t)·(p − a),   d_t = min(decay, (1 + t) / (10 + t))
+// Early on d_t is small, so the average follows the weights while they change fast; later it forgets
+// at most 1 − decay of itself per step, so it covers about the last 1 / (1 − decay) updates, and at most
+// the last ~t / 9 of them: late in training the weights wander around a minimum, and their average sits
+// closer to it than any one step. Each value is updated on its own, so the result does not depend on
+// the number of threads. Parameters that share storage are kept once, as the optimizers keep them.
+class WeightAverage {
+public:
+    // Starts as a copy of the parameters. Throws std::invalid_argument unless 0 < decay < 1.
+    WeightAverage(const ParamList& params, double decay);
+
+    void update(std::int64_t t);  // after the optimizer's update number t (≥ 1)
+    // Exchanges the averaged values and the parameters' own, in place: call again to swap back.
+    void swap_into_parameters();
+
+    // The averages, named "ema.<parameter name>".
+    std::vector<NamedTensor> state() const;
+    // Restores a snapshot from state(); entries without the "ema." prefix are ignored. Throws
+    // std::invalid_argument unless every parameter has exactly one entry of its shape.
+    void load_state(const std::vector<NamedTensor>& state);
+
+    double decay() const { return decay_; }
+
+private:
+    ParamList params_;
+    std::vector<Tensor> average_;  // average_[i] belongs to params_[i]
+    double decay_;
+};
+
+// The averaged weights in the parameters for as long as it lives (nothing when `average` is null).
+class AveragedWeightsScope {
+public:
+    explicit AveragedWeightsScope(WeightAverage* average) : average_(average) {
+        if (average_) average_->swap_into_parameters();
+    }
+    ~AveragedWeightsScope() {
+        if (average_) average_->swap_into_parameters();
+    }
+    AveragedWeightsScope(const AveragedWeightsScope&) = delete;
+    AveragedWeightsScope& operator=(const AveragedWeightsScope&) = delete;
+
+private:
+    WeightAverage* average_;
+};
+
 // ---- gradient checks -----------------------------------------------------------------------------------
 // All of these read the gradient buffers of the parameters that have one, each shared storage once.
 

@@ -38,6 +38,8 @@ struct OptimConfig {
     double momentum = 0;               // sgd only
     double clip = 1.0;                 // global gradient-norm clipping (0 = off)
     double label_smoothing = 0.1;
+    double ema = 0;                    // decay of the weight average that validation scores and the model
+                                       // keeps (WeightAverage, optim.h); 0 = none: the last step's weights
     Schedule schedule;                 // Noam by default: lr = factor · C^-0.5 · min(s^-0.5, s · w^-1.5)
 };
 

@@ -24,6 +24,7 @@ const char* kFormatKey = "tapeformer.format";
 const char* kKindKey = "tapeformer.kind";
 const char* kStateKey = "tapeformer.train_state";
 const char* kOptimPrefix = "optim.";
+const char* kAveragePrefix = "ema.";
 const char* kTokenizerKey = "tapeformer.tokenizer";
 
 std::string crc_text(std::uint32_t crc) {
@@ -126,15 +127,27 @@ void check_config_fits_tensors(const SafetensorsFile& weights, const ModelConfig
     }
 }
 
-// A training checkpoint's tensors split into the model's weights and the optimizer's state.
-std::pair<SafetensorsFile, SafetensorsFile> split_checkpoint(const SafetensorsFile& file) {
-    SafetensorsFile weights, optim;
-    weights.path = optim.path = file.path;
+// A training checkpoint's tensors split into the model's weights, the optimizer's state (prefix dropped)
+// and the weight average (empty without --ema; names kept: "ema.<parameter>").
+struct CheckpointParts {
+    SafetensorsFile weights, optim, average;
+};
+CheckpointParts split_checkpoint(const SafetensorsFile& file) {
+    CheckpointParts parts;
+    parts.weights.path = parts.optim.path = parts.average.path = file.path;
     for (const auto& [name, entry] : file.tensors) {
-        if (name.rfind(kOptimPrefix, 0) == 0) optim.tensors[name.substr(std::string(kOptimPrefix).size())] = entry;
-        else weights.tensors[name] = entry;
+        if (name.rfind(kOptimPrefix, 0) == 0) parts.optim.tensors[name.substr(std::string(kOptimPrefix).size())] = entry;
+        else if (name.rfind(kAveragePrefix, 0) == 0) parts.average.tensors[name] = entry;
+        else parts.weights.tensors[name] = entry;
     }
-    return {weights, optim};
+    return parts;
+}
+
+// A checkpoint's state entries as NamedTensors ("m" of "optim.adam.m.x" ..., or "ema.x").
+std::vector<NamedTensor> state_entries(const SafetensorsFile& part) {
+    std::vector<NamedTensor> out;
+    for (const auto& [name, entry] : part.tensors) out.push_back({name, part.tensor(name)});
+    return out;
 }
 
 }  // namespace
@@ -251,16 +264,18 @@ void save_model_weights(const std::string& path, const Transformer& model, const
 }
 
 void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
-                              const TrainState& state, const std::string& tokenizer_hash) {
+                              const TrainState& state, const std::string& tokenizer_hash, const WeightAverage* average) {
     std::vector<NamedTensor> tensors = model.parameters();
     for (NamedTensor& t : optimizer.state()) tensors.push_back({kOptimPrefix + t.name, t.tensor});
+    if (average)
+        for (NamedTensor& t : average->state()) tensors.push_back(t);  // already "ema.<parameter>"
     auto meta = model_metadata(model, "training checkpoint", tokenizer_hash);
     meta[kStateKey] = to_json(state);
     save_safetensors(path, tensors, meta, /*with_checksum=*/true);
 }
 
 TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
-                                    const std::string& tokenizer_hash) {
+                                    const std::string& tokenizer_hash, WeightAverage* average) {
     const SafetensorsFile file = load_safetensors(path);
     check_format(file, "training checkpoint");
     check_same_config(file, model);
@@ -277,15 +292,23 @@ TrainState load_training_checkpoint(const std::string& path, Transformer& model,
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": " + e.what());
     }
-    const auto [weights, optim] = split_checkpoint(file);
-    check_config_fits_tensors(weights, model.config);
-    load_into(model.parameters(), weights, /*strict=*/true);
-    std::vector<NamedTensor> optim_state;
-    for (const auto& [name, entry] : optim.tensors) optim_state.push_back({name, optim.tensor(name)});
+    const CheckpointParts parts = split_checkpoint(file);
+    check_config_fits_tensors(parts.weights, model.config);
+    if (parts.average.tensors.empty() != (average == nullptr))
+        throw std::runtime_error(path + (average ? ": holds no weight average ('ema.*' tensors), which this run (--ema) keeps"
+                                                 : ": holds a weight average ('ema.*' tensors), which this run (no --ema) does not keep"));
+    load_into(model.parameters(), parts.weights, /*strict=*/true);
     try {
-        optimizer.load_state(optim_state);
+        optimizer.load_state(state_entries(parts.optim));
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": optimizer state does not fit this run: " + e.what());
+    }
+    if (average) {
+        try {
+            average->load_state(state_entries(parts.average));
+        } catch (const std::exception& e) {
+            throw std::runtime_error(path + ": weight average does not fit this run: " + e.what());
+        }
     }
     return state;
 }
@@ -305,7 +328,7 @@ ModelBundle load_model_dir(const std::string& path) {
     std::string weights_path = (fs::path(dir) / "model.safetensors").string();
     ModelBundle bundle;
     bundle.dir = dir;
-    SafetensorsFile file;
+    SafetensorsFile file, average;  // average: a checkpoint's weight average (--ema), else empty
     if (!checkpoint_given && fs::exists(weights_path, ec)) {
         file = load_safetensors(weights_path);
         check_format(file, "model");
@@ -318,10 +341,13 @@ ModelBundle load_model_dir(const std::string& path) {
         weights_path = checkpoint_given ? path : (fs::path(dir) / checkpoints.back()).string();
         const SafetensorsFile checkpoint = load_safetensors(weights_path);
         check_format(checkpoint, "training checkpoint");
-        file = split_checkpoint(checkpoint).first;
+        CheckpointParts parts = split_checkpoint(checkpoint);
+        file = std::move(parts.weights);
         file.metadata = checkpoint.metadata;
+        average = std::move(parts.average);
         if (!checkpoint_given)
-            bundle.note = "'" + dir + "' holds no model.safetensors; using the weights of its newest checkpoint, " + weights_path;
+            bundle.note = "'" + dir + "' holds no model.safetensors; using the " +
+                          (average.tensors.empty() ? "weights" : "averaged weights (--ema)") + " of its newest checkpoint, " + weights_path;
     }
     ModelConfig config;
     try {
@@ -333,6 +359,15 @@ ModelBundle load_model_dir(const std::string& path) {
     check_config_fits_tensors(file, config);  // before the model is allocated
     bundle.model = std::make_unique<Transformer>(config);
     load_into(bundle.model->parameters(), file, /*strict=*/true);
+    if (!average.tensors.empty()) {  // the weights the run validated: its average, in place of the last step's
+        try {
+            WeightAverage loaded(bundle.model->parameters(), 0.5);
+            loaded.load_state(state_entries(average));
+            loaded.swap_into_parameters();
+        } catch (const std::exception& e) {
+            throw std::runtime_error(weights_path + ": weight average does not fit the model: " + e.what());
+        }
+    }
     bundle.tokenizers = TokenizerPair::load(dir);
     // The tokenizer the model was trained with, byte for byte: another one of the same size would load
     // and silently translate garbage.

@@ -403,6 +403,7 @@ private:
     std::vector<std::string> valid_src_lines_, valid_ref_lines_;
     std::unique_ptr<Transformer> model_;
     std::unique_ptr<Optimizer> optimizer_;
+    std::unique_ptr<WeightAverage> average_;  // --ema: what validation scores and model.safetensors holds
     Rng dropout_rng_;
     TrainState state_;
     Manifest manifest_;
@@ -605,6 +606,7 @@ void Trainer::build_model() {
     if (c_.optim.optimizer == "adam") optimizer_ = std::make_unique<Adam>(params, ao);
     else if (c_.optim.optimizer == "adamw") optimizer_ = std::make_unique<AdamW>(params, ao);
     else optimizer_ = std::make_unique<Sgd>(params, SgdOptions{c_.optim.momentum, 0, false, c_.optim.weight_decay});
+    if (c_.optim.ema > 0) average_ = std::make_unique<WeightAverage>(params, c_.optim.ema);
     c_.optim.schedule.d_model = m.d_model;
     dropout_rng_ = Rng(hash64(c_.seed, 0xD409));
 
@@ -614,7 +616,7 @@ void Trainer::build_model() {
         const std::string path = (fs::path(dir_) / resume_from_).string();
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
         try {
-            state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_));
+            state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_), average_.get());
             // The state must be the one this file's name and this run's data allow.
             if (state_.step != checkpoint_step(resume_from_))
                 throw std::runtime_error(path + ": its training state is at step " + std::to_string(state_.step) +
@@ -638,7 +640,8 @@ void Trainer::build_model() {
          << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
          << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << "); " << batcher_->num_batches()
          << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
-         << (precision() == Precision::BF16 ? "; bf16 products" : "") << "; lr " << c_.optim.schedule.describe() << "\n";
+         << (precision() == Precision::BF16 ? "; bf16 products" : "") << "; lr " << c_.optim.schedule.describe()
+         << (average_ ? "; validates a weight average (ema " + fmt("%g", c_.optim.ema) + ")" : std::string()) << "\n";
 }
 
 void Trainer::start_writing() {
@@ -727,6 +730,7 @@ void Trainer::train_step(const Batch& b) {
     if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
     // Clipping (torch's clip_grad_norm_) as the optimizer's factor on the gradients: the same update.
     optimizer_->step(lr, c_.optim.clip > 0 ? clip_coefficient(last_grad_norm_, c_.optim.clip) : 1.0);
+    if (average_) average_->update(state_.step);
     state_.dropout_offset = dropout_rng_.offset;
     state_.target_tokens += report.tokens;
 
@@ -821,10 +825,12 @@ bool Trainer::validate() {
 
 void Trainer::validate_now(const ProgressFn& after_each_batch) {
     const auto t0 = Clock::now();
+    const AveragedWeightsScope averaged(average_.get());  // --ema: the average is what is scored and kept
     const LossReport loss =
         teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing, after_each_batch);
     nlohmann::json j = {{"type", "valid"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"valid_loss", loss.loss},
-                        {"valid_nll", loss.nll}, {"valid_ppl", loss.ppl}, {"elapsed", state_.train_seconds}};
+                        {"valid_nll", loss.nll}, {"valid_ppl", loss.ppl}, {"elapsed", state_.train_seconds},
+                        {"weights", average_ ? "ema" : "last"}};
     double score = -loss.loss;
     std::string bleu_text;
     if (c_.valid_bleu) {
@@ -848,7 +854,7 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
     }
     j["best"] = improved;
     write_metrics(j);
-    log_ << "valid @ step " << state_.step << " | loss " << fmt("%.4f", loss.loss) << " | nll " << fmt("%.4f", loss.nll)
+    log_ << "valid @ step " << state_.step << (average_ ? " (weight average)" : "") << " | loss " << fmt("%.4f", loss.loss) << " | nll " << fmt("%.4f", loss.nll)
          << " | ppl " << fmt("%.2f", loss.ppl) << bleu_text << (improved ? " | new best, saved model.safetensors" : "")
          << " (" << fmt("%.1f", std::chrono::duration<double>(Clock::now() - t0).count()) << " s)\n";
 }
@@ -867,11 +873,14 @@ void Trainer::checkpoint() {
     checkpointed_ = state_;
     const std::string name = checkpoint_name(state_.step);
     save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_,
-                             tokenizer_hash(tokenizers_));
+                             tokenizer_hash(tokenizers_), average_.get());
     // Until a validation has chosen the best weights (and always without validation data), the weights to
-    // use are the last ones: a run killed before its first validation still leaves a usable model.
-    if (valid_examples_.empty() || state_.best_step < 0)
+    // use are the last ones (their average, with --ema): a run killed before its first validation still
+    // leaves a usable model.
+    if (valid_examples_.empty() || state_.best_step < 0) {
+        const AveragedWeightsScope averaged(average_.get());
         save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_));
+    }
     manifest_.last = name;
     manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), name), manifest_.kept.end());
     manifest_.kept.push_back(name);

@@ -100,6 +100,11 @@ std::vector<Setting<TrainConfig>> build_table() {
                                 [](auto& c) -> auto& { return c.optim.clip; }));
     t.push_back(real_setting<T>("label-smoothing", "optim.label_smoothing", opt, "Label smoothing epsilon", 0, 1,
                                 [](auto& c) -> auto& { return c.optim.label_smoothing; }, false, true));
+    t.push_back(real_setting<T>("ema", "optim.ema", opt,
+                                "Keep an exponential moving average of the weights with this decay (0 = off): validation\n"
+                                "scores it and model.safetensors holds it (it covers about the last 1/(1 - decay) steps,\n"
+                                "and at most the last ~1/9 of the run)",
+                                0, 1, [](auto& c) -> auto& { return c.optim.ema; }, false, true));
 
     t.push_back(integer_setting<T>("seed", "seed", run, "Seed for initialisation, dropout, batch order", 0,
                                    static_cast<double>(std::numeric_limits<std::int64_t>::max()),
