@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -774,10 +775,32 @@ Tensor log_softmax(const Tensor& a) {
 
 namespace {
 
-// The kernel of both ops: y = LN(v) with v = x, or v = x + r when a residual r is given (then v is kept for
-// backward, and x and r both receive dv).
+// Inverted dropout's mask, drawn from counters: element i of an op's n values survives when the 53-bit
+// uniform draw at counter base + i is at least p. Constructing one reserves the n counters from the Rng;
+// backward draws the same counters again instead of storing the mask.
+struct DropoutDraws {
+    std::uint64_t seed = 0, base = 0, threshold = 0;
+    real keep_scale = 1;  // 1/(1−p)
+    DropoutDraws(Rng& rng, std::int64_t n, real p)
+        : seed(rng.seed), base(rng.reserve(static_cast<std::uint64_t>(n))),
+          threshold(static_cast<std::uint64_t>(double(p) * 0x1.0p53)), keep_scale(real(1) / (real(1) - p)) {}
+    bool keeps(std::int64_t i) const { return (hash64(seed, base + std::uint64_t(i)) >> 11) >= threshold; }
+    real apply(std::int64_t i, real v) const { return keeps(i) ? v * keep_scale : real(0); }
+};
+
+void check_dropout_probability(const char* op, real p) {
+    if (!(p >= 0 && p < 1)) fail(op, "probability must be in [0, 1), got " + std::to_string(p));
+}
+
+}  // namespace
+
+namespace {
+
+// The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (then v is kept
+// for backward, and x and r both receive dv), or v = x + dropout(r) with `drop` (r receives dropout's
+// backward of dv: the dropped-out copy of r is never made).
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
-                       real eps) {
+                       real eps, const DropoutDraws* drop = nullptr) {
     require_defined(op, x, "input");
     if (r) require_defined(op, *r, "residual");
     require_defined(op, gamma, "gamma");
@@ -796,7 +819,13 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
 #pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
     for (std::int64_t n = 0; n < N; ++n) {
         real* vr = v + n * C;
-        if (pr)
+        if (pr && drop) {
+            // The dropped-out residual is rounded to float before the sum, as dropout's output would be: the
+            // barrier keeps the compiler from fusing its product and the sum into one multiply-add.
+            for (std::int64_t c = 0; c < C; ++c) vr[c] = drop->apply(n * C + c, pr[n * C + c]);
+            asm volatile("" ::: "memory");
+            for (std::int64_t c = 0; c < C; ++c) vr[c] = px[n * C + c] + vr[c];
+        } else if (pr)
             for (std::int64_t c = 0; c < C; ++c) vr[c] = px[n * C + c] + pr[n * C + c];  // the residual sum
         const real mu = lane_sum(C, [&](std::int64_t c) { return vr[c]; }) / real(C);
         // biased variance, as in the paper and PyTorch
@@ -809,7 +838,8 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
     if (!needs_grad({&x, r, &gamma, &beta})) return out;
     std::vector<Tensor> inputs{x, gamma, beta};
     if (r) inputs.push_back(*r);
-    return record(op, out, std::move(inputs), [N, C, stats, sum](Tensor& y, std::vector<Tensor>& in) {
+    const std::optional<DropoutDraws> dropped = drop ? std::optional<DropoutDraws>(*drop) : std::nullopt;
+    return record(op, out, std::move(inputs), [N, C, stats, sum, dropped](Tensor& y, std::vector<Tensor>& in) {
         // With x̂ = (v − μ)·rstd and y = x̂·γ + β, for one row of C values:
         //   dβ_c  += g_c                 (β adds straight through)
         //   dγ_c  += g_c · x̂_c           (γ scales x̂)
@@ -849,13 +879,20 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
                 const auto dv = [&](std::int64_t c) {
                     return rstd * (gr[c] * w[c] - mean_dxh - (vr[c] - mu) * rstd * mean_dxh_xh);
                 };
-                for (const GradTarget& t : {dx, dr}) {  // dx first: see above
+                for (int k = 0; k < 2; ++k) {  // dx first: see above
+                    const GradTarget& t = k == 0 ? dx : dr;
                     if (!t.data) continue;
                     real* out = t.data + n * C;
-                    if (t.overwrite)
+                    if (k == 1 && dropped) {  // through the residual's dropout: × 1/(1−p) where it survived
+                        for (std::int64_t c = 0; c < C; ++c) {
+                            const real d = dropped->apply(n * C + c, dv(c));
+                            out[c] = t.overwrite ? d : out[c] + d;
+                        }
+                    } else if (t.overwrite) {
                         for (std::int64_t c = 0; c < C; ++c) out[c] = dv(c);
-                    else
+                    } else {
                         for (std::int64_t c = 0; c < C; ++c) out[c] += dv(c);
+                    }
                 }
             }
         }
@@ -877,34 +914,55 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gam
     return layer_norm_impl("add_layer_norm", x, &residual, gamma, beta, eps);
 }
 
-// ---- dropout ---------------------------------------------------------------------------------------------------
-
-namespace {
-// Element i survives when its 53-bit uniform draw is at least p.
-inline bool keeps(std::uint64_t seed, std::uint64_t counter, std::uint64_t threshold) {
-    return (hash64(seed, counter) >> 11) >= threshold;
+Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, Rng& rng, const Tensor& gamma,
+                              const Tensor& beta, real eps, bool training) {
+    check_dropout_probability("add_dropout_layer_norm", p);
+    if (!training || p == 0) return add_layer_norm(x, residual, gamma, beta, eps);
+    require_defined("add_dropout_layer_norm", residual, "residual");
+    const DropoutDraws draws(rng, residual.numel(), p);
+    return layer_norm_impl("add_dropout_layer_norm", x, &residual, gamma, beta, eps, &draws);
 }
-}  // namespace
+
+// ---- dropout ---------------------------------------------------------------------------------------------------
 
 Tensor dropout(const Tensor& a, real p, Rng& rng, bool training) {
     require_defined("dropout", a, "input");
-    if (!(p >= 0 && p < 1)) fail("dropout", "probability must be in [0, 1), got " + std::to_string(p));
+    check_dropout_probability("dropout", p);
     if (!training || p == 0) return a;
-    const std::int64_t n = a.numel();
-    const std::uint64_t seed = rng.seed, base = rng.reserve(static_cast<std::uint64_t>(n));
-    const std::uint64_t threshold = static_cast<std::uint64_t>(double(p) * 0x1.0p53);
-    const real keep_scale = real(1) / (real(1) - p);
+    const DropoutDraws draws(rng, a.numel(), p);
     Tensor out = Tensor::empty(a.shape());
     const real* x = a.data();
     real* y = out.data();
+    const std::int64_t n = a.numel();
 #pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = keeps(seed, base + i, threshold) ? x[i] * keep_scale : real(0);
+    for (std::int64_t i = 0; i < n; ++i) y[i] = draws.apply(i, x[i]);
     if (!needs_grad({&a})) return out;
     // The mask is not stored: backward draws the same counters again.
-    return record("dropout", out, {a}, [seed, base, threshold, keep_scale](Tensor& y, std::vector<Tensor>& in) {
+    return record("dropout", out, {a}, [draws](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
-        write_or_add(in[0].grad_target(), y.numel(),
-                     [=](std::int64_t i) { return keeps(seed, base + i, threshold) ? g[i] * keep_scale : real(0); });
+        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return draws.apply(i, g[i]); });
+    });
+}
+
+// One op for what the feed-forward network does between its two linear layers. The output is positive
+// exactly where x > 0 and the value survived, which is also exactly where the gradient passes (× 1/(1−p)):
+// backward needs neither the mask nor relu(x), so the (B, T, F) tensor between the two ops is never made.
+Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
+    require_defined("relu_dropout", a, "input");
+    check_dropout_probability("relu_dropout", p);
+    if (!training || p == 0) return relu(a);
+    const DropoutDraws draws(rng, a.numel(), p);
+    Tensor out = Tensor::empty(a.shape());
+    const real* x = a.data();
+    real* y = out.data();
+    const std::int64_t n = a.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) y[i] = draws.apply(i, x[i] > 0 ? x[i] : real(0));
+    if (!needs_grad({&a})) return out;
+    const real keep_scale = draws.keep_scale;
+    return record("relu_dropout", out, {a}, [keep_scale](Tensor& y, std::vector<Tensor>& in) {
+        const real *g = y.grad(), *v = y.data();
+        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return v[i] > 0 ? g[i] * keep_scale : real(0); });
     });
 }
 

@@ -195,27 +195,22 @@ ParamList named_by_index(const std::vector<Tensor>& tensors) {
 
 namespace {
 
-// Each storage once, under its first name; throws on an undefined tensor or one name for two tensors.
-ParamList unique_parameters(const ParamList& params, const char* who) {
-    ParamList unique;
-    for (const NamedTensor& p : params) {
+// unique_parameters (module.h: each storage once, under its first name), after refusing an undefined
+// tensor and one name given to two different tensors.
+ParamList checked_unique_parameters(const ParamList& params, const char* who) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const NamedTensor& p = params[i];
         if (!p.tensor.defined()) fail(who, "parameter '" + p.name + "' is an undefined tensor");
-        bool shared = false;
-        for (const NamedTensor& kept : unique) {
-            if (kept.tensor.same_storage(p.tensor)) {
-                shared = true;  // a tied parameter under a second name: update it once, under the first
-            } else if (kept.name == p.name) {
+        for (std::size_t j = 0; j < i; ++j)
+            if (params[j].name == p.name && !params[j].tensor.same_storage(p.tensor))
                 fail(who, "two different tensors are both named '" + p.name + "'");
-            }
-        }
-        if (!shared) unique.push_back(p);
     }
-    return unique;
+    return unique_parameters(params);
 }
 
 }  // namespace
 
-Optimizer::Optimizer(const ParamList& params, const char* who) : params_(unique_parameters(params, who)) {}
+Optimizer::Optimizer(const ParamList& params, const char* who) : params_(checked_unique_parameters(params, who)) {}
 
 void Optimizer::zero_grad() {
     for (NamedTensor& p : params_) p.tensor.zero_grad();
@@ -380,7 +375,7 @@ void Sgd::load_state(const std::vector<NamedTensor>& state) {
 // ---- WeightAverage ----------------------------------------------------------------------------------------------
 
 WeightAverage::WeightAverage(const ParamList& params, double decay)
-    : params_(unique_parameters(params, "WeightAverage")), decay_(decay) {
+    : params_(checked_unique_parameters(params, "WeightAverage")), decay_(decay) {
     if (!(decay > 0 && decay < 1)) fail("WeightAverage", "decay must be in (0, 1), got " + std::to_string(decay));
     for (const NamedTensor& p : params_) average_.push_back(p.tensor.clone());
 }

@@ -3,6 +3,7 @@
 // differences in tests/f64; matmul has its own file (test_matmul.cpp).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -602,4 +603,65 @@ TEST_CASE("ops: additive attention scores s_ij = v · tanh(q_i + k_j), by hand",
     CHECK(s.data()[0] == Approx(std::tanh(0.5) + 0.5 * std::tanh(0.0)).epsilon(1e-6));
     CHECK(s.data()[1] == Approx(std::tanh(2.5) + 0.5 * std::tanh(-4.0)).epsilon(1e-6));
     CHECK_THROWS_WITH(tf::additive_scores(q, k, Tensor::from({1, 2, 3}, {1, 3})), Catch::Contains("additive_scores"));
+}
+
+// ---- fused dropout ---------------------------------------------------------------------------------------------
+
+TEST_CASE("ops: relu_dropout and add_dropout_layer_norm give the numbers of the ops they fuse, forward and backward, "
+          "and draw the same counters",
+          "[ops]") {
+    const Shape shape{4, 6, 70};  // large enough for the threaded paths
+    auto random = [&](std::uint64_t seed) {
+        Tensor t = Tensor::empty(shape);
+        tf::Rng rng(seed);
+        for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = real(2 * rng.uniform() - 1);
+        return t;
+    };
+    Tensor gamma = Tensor::full(Shape{70}, 1.25f), beta = Tensor::full(Shape{70}, -0.5f);
+    // loss = Σ y · w for a fixed random w: every output's gradient is a different number.
+    const Tensor w = random(99);
+    auto grads_of = [&](const std::vector<Tensor>& inputs, const auto& f, tf::Rng& rng) {
+        std::vector<Tensor> xs;
+        for (const Tensor& t : inputs) xs.push_back(t.clone().set_requires_grad());
+        Tensor y = f(xs, rng);
+        Tensor loss = tf::sum_all(tf::mul(y, w));
+        tf::backward(loss);
+        std::vector<std::vector<real>> out = {y.to_vector()};
+        for (Tensor& x : xs) out.emplace_back(x.grad(), x.grad() + x.numel());
+        return out;
+    };
+    const real p = 0.3f;
+    SECTION("relu_dropout") {
+        tf::Rng a(11, 5), b(11, 5);
+        const auto fused = grads_of({random(1)}, [&](auto& x, tf::Rng& r) { return tf::relu_dropout(x[0], p, r); }, a);
+        const auto split = grads_of({random(1)}, [&](auto& x, tf::Rng& r) { return tf::dropout(tf::relu(x[0]), p, r); }, b);
+        CHECK(fused == split);  // float ==: the same values (a zero may differ in sign)
+        CHECK(a.offset == b.offset);
+        const auto& y = fused[0];
+        const auto zeros = std::count(y.begin(), y.end(), real(0));
+        CHECK(zeros > 0.55 * double(y.size()));  // about half negative, then 30% of the rest dropped
+    }
+    SECTION("add_dropout_layer_norm") {
+        tf::Rng a(11, 5), b(11, 5);
+        const auto fused = grads_of({random(1), random(2)}, [&](auto& x, tf::Rng& r) {
+            return tf::add_dropout_layer_norm(x[0], x[1], p, r, gamma, beta);
+        }, a);
+        const auto split = grads_of({random(1), random(2)}, [&](auto& x, tf::Rng& r) {
+            return tf::add_layer_norm(x[0], tf::dropout(x[1], p, r), gamma, beta);
+        }, b);
+        REQUIRE(fused.size() == split.size());
+        for (std::size_t k = 0; k < fused.size(); ++k) {
+            INFO("output 0, gradients of the inputs 1, 2: " << k);
+            CHECK(fused[k] == split[k]);
+        }
+        CHECK(a.offset == b.offset);
+    }
+    SECTION("without training or with p = 0 they are the plain ops") {
+        tf::Rng a(11, 5);
+        const Tensor x = random(1), r = random(2);
+        CHECK(tf::relu_dropout(x, p, a, false).to_vector() == tf::relu(x).to_vector());
+        CHECK(tf::add_dropout_layer_norm(x, r, 0, a, gamma, beta).to_vector() == tf::add_layer_norm(x, r, gamma, beta).to_vector());
+        CHECK(a.offset == 5);
+        CHECK_THROWS_WITH(tf::relu_dropout(x, 1, a), Catch::Contains("probability must be in [0, 1)"));
+    }
 }

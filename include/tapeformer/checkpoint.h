@@ -7,8 +7,9 @@
 //   DIR/run.json               the resolved training settings (what --resume continues)
 //   DIR/config.toml            the same as a CLI11 config file: `tapeformer train --config DIR/config.toml`
 //   DIR/state.json             the manifest: which checkpoint is the last, which step was best
-//   DIR/checkpoints/step-N.safetensors   full training state at step N (weights, optimizer moments, step,
-//                              RNG, data position, best score); the newest --keep are kept
+//   DIR/checkpoints/step-N.safetensors   full training state at step N (weights, optimizer moments, the
+//                              weight average with --ema, step, RNG, data position, best score); the
+//                              newest --keep are kept
 //   DIR/metrics.jsonl          one JSON object per logged step and per validation
 //   DIR/train.lock             flock-ed by the `train` using DIR, for as long as it runs; holds its pid
 //

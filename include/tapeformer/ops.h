@@ -74,12 +74,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real
 // separate sum and gradient buffers). x and residual have the same shape.
 Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta,
                       real eps = real(1e-5));
+// layer_norm(x + dropout(residual, p)): the post-norm sublayer's dropout, residual add and norm in one op.
+// The same numbers and the same draws from rng as the two ops one after the other, without the
+// dropped-out copy of the residual. add_layer_norm when p == 0 or training is false.
+Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, Rng& rng, const Tensor& gamma,
+                              const Tensor& beta, real eps = real(1e-5), bool training = true);
 
 // ---- regularisation -----------------------------------------------------------------------------------
 // Inverted dropout: each value is zeroed with probability p, survivors are scaled by 1/(1−p). The mask of
 // element i is drawn from counter (rng.offset + i); the call advances rng by a.numel(). Identity when
 // p == 0 or when training is false.
 Tensor dropout(const Tensor& a, real p, Rng& rng, bool training = true);
+// dropout(relu(a), p) in one op: the same numbers and draws as the two ops, one tensor fewer kept for
+// backward (the feed-forward network's activation). relu(a) when p == 0 or training is false.
+Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 
 // ---- stochastic gates (L0 regularisation) ---------------------------------------------------------------
 // The Hard-Concrete gate of Louizos, Welling & Kingma (2018), one per element of log_alpha: a value in [0, 1]

@@ -154,11 +154,17 @@ void check_layer_norm(OpChecks& c) {
             {c.rnd({2, 3, 6}, -2, 2), c.rnd({2, 3, 6}, -1, 1), c.rnd({6}, 0.5, 1.5), c.rnd({6})});
     c.check_sampled("add_layer_norm (rows split across threads)", [](auto& x) { return add_layer_norm(x[0], x[1], x[2], x[3]); },
                     {c.rnd({4, 64, 70}, -2, 2), c.rnd({4, 64, 70}, -1, 1), c.rnd({70}, 0.5, 1.5), c.rnd({70})});
+    // With the residual's dropout inside (a fixed mask: a fresh Rng with the same seed on every call).
+    c.check("add_dropout_layer_norm p=0.3",
+            [](auto& x) { Rng rng(7); return add_dropout_layer_norm(x[0], x[1], real(0.3), rng, x[2], x[3]); },
+            {c.rnd({2, 3, 6}, -2, 2), c.rnd({2, 3, 6}, -1, 1), c.rnd({6}, 0.5, 1.5), c.rnd({6})});
 }
 
 // Dropout with a fixed mask (a fresh Rng with the same seed on every call).
 void check_dropout(OpChecks& c) {
     c.check("dropout p=0.3", [](auto& x) { Rng rng(7); return dropout(x[0], real(0.3), rng); }, {c.rnd({4, 6})});
+    // ReLU and dropout in one op (the same random inputs as relu's check above).
+    c.check("relu_dropout p=0.3", [](auto& x) { Rng rng(7); return relu_dropout(x[0], real(0.3), rng); }, {c.rnd({4, 6})});
 }
 
 // The Hard-Concrete gate of L0 pruning: samples (a fresh Rng with the same seed on every call, so the noise

@@ -10,8 +10,9 @@ FeedForward::FeedForward(std::int64_t C, std::int64_t F, Activation act, real dr
 
 Tensor FeedForward::forward(const Tensor& x, const Pass& pass) const {
     Tensor h = linear1.forward(x);  // (B, T, F)
-    h = activation == Activation::ReLU ? relu(h) : gelu(h);
-    return linear2.forward(dropout(h, dropout_p, pass));  // (B, T, C)
+    // ReLU and its dropout are one op: see relu_dropout in ops.h.
+    h = activation == Activation::ReLU ? relu_dropout(h, dropout_p, pass) : dropout(gelu(h), dropout_p, pass);
+    return linear2.forward(h);  // (B, T, C)
 }
 
 void FeedForward::parameters(ParamList& out, const std::string& prefix) const {

@@ -27,4 +27,15 @@ Tensor dropout(const Tensor& x, real p, const Pass& pass) {
     return dropout(x, p, *pass.dropout_rng, true);
 }
 
+Tensor relu_dropout(const Tensor& x, real p, const Pass& pass) {
+    if (!pass.training() || p == 0) return relu(x);
+    return relu_dropout(x, p, *pass.dropout_rng, true);
+}
+
+Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, const Pass& pass, const Tensor& gamma,
+                              const Tensor& beta, real eps) {
+    if (!pass.training() || p == 0) return add_layer_norm(x, residual, gamma, beta, eps);
+    return add_dropout_layer_norm(x, residual, p, *pass.dropout_rng, gamma, beta, eps, true);
+}
+
 TF_NAMESPACE_END

@@ -213,16 +213,17 @@ EncoderLayer::EncoderLayer(const ModelConfig& c)
       norm1(c.d_model), norm2(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
 
 namespace {
-// Post-norm "Add & Norm": LN(x + sublayer output), one fused op.
-Tensor add_norm(const LayerNorm& norm, const Tensor& x, const Tensor& sublayer_out) {
-    return add_layer_norm(x, sublayer_out, norm.weight, norm.bias, norm.eps);
+// Post-norm "Add & Norm" of a sublayer's output after its dropout: LN(x + dropout(sublayer output)), one
+// fused op (add_dropout_layer_norm in ops.h).
+Tensor add_norm(const LayerNorm& norm, const Tensor& x, const Tensor& sublayer_out, real dropout_p, const Pass& pass) {
+    return add_dropout_layer_norm(x, sublayer_out, dropout_p, pass, norm.weight, norm.bias, norm.eps);
 }
 }  // namespace
 
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& mask, const Pass& pass) {
     if (norm == NormPosition::Post) {
-        Tensor h = add_norm(norm1, x, dropout(self_attn.forward(x, x, mask, pass), dropout_p, pass));
-        return add_norm(norm2, h, dropout(ff.forward(h, pass), dropout_p, pass));
+        Tensor h = add_norm(norm1, x, self_attn.forward(x, x, mask, pass), dropout_p, pass);
+        return add_norm(norm2, h, ff.forward(h, pass), dropout_p, pass);
     }
     Tensor n1 = norm1.forward(x);
     Tensor h = add(x, dropout(self_attn.forward(n1, n1, mask, pass), dropout_p, pass));
@@ -252,10 +253,9 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor
     KVCache* self_cache = cache ? &cache->self_attn : nullptr;
     KVCache* memory_cache = cache ? &cache->multihead_attn : nullptr;
     if (norm == NormPosition::Post) {
-        Tensor h = add_norm(norm1, x, dropout(self_attn.forward(x, x, self_mask, pass, self_cache), dropout_p, pass));
-        h = add_norm(norm2, h,
-                     dropout(multihead_attn.forward(h, memory, memory_mask, pass, memory_cache), dropout_p, pass));
-        return add_norm(norm3, h, dropout(ff.forward(h, pass), dropout_p, pass));
+        Tensor h = add_norm(norm1, x, self_attn.forward(x, x, self_mask, pass, self_cache), dropout_p, pass);
+        h = add_norm(norm2, h, multihead_attn.forward(h, memory, memory_mask, pass, memory_cache), dropout_p, pass);
+        return add_norm(norm3, h, ff.forward(h, pass), dropout_p, pass);
     }
     Tensor n1 = norm1.forward(x);
     Tensor h = add(x, dropout(self_attn.forward(n1, n1, self_mask, pass, self_cache), dropout_p, pass));

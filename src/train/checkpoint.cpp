@@ -361,7 +361,7 @@ ModelBundle load_model_dir(const std::string& path) {
     load_into(bundle.model->parameters(), file, /*strict=*/true);
     if (!average.tensors.empty()) {  // the weights the run validated: its average, in place of the last step's
         try {
-            WeightAverage loaded(bundle.model->parameters(), 0.5);
+            WeightAverage loaded(bundle.model->parameters(), /*decay, unused: nothing is updated*/ 0.5);
             loaded.load_state(state_entries(average));
             loaded.swap_into_parameters();
         } catch (const std::exception& e) {

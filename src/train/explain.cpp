@@ -230,7 +230,8 @@ public:
         if (post) {
             Tensor y = add_layer_norm(x, sub, norm.weight, norm.bias, norm.eps);  // (B, Tq, C)
             ExplainStage& s = stage("add_norm", "residual + LayerNorm: LN(x + " + what + ")", std::string("(B, ") + tq + ", C)",
-                                  "src/nn/transformer.cpp " + layer_fn + " -> add_norm -> add_layer_norm (src/ops.cpp)", y);
+                                  "src/nn/transformer.cpp " + layer_fn + " -> add_norm -> add_layer_norm (src/ops.cpp); " +
+                                      "in training add_dropout_layer_norm, the sublayer's dropout in the same op", y);
             s.checks.push_back(layer_norm_rows(y, norm));
             return y;
         }

@@ -3,6 +3,7 @@
 // a parameter (or rows of one: W_q is rows [0, C) of in_proj_weight), or else a constant (the positional table).
 #include "tapeformer/tape_view.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -228,12 +229,14 @@ std::string format_tape(const TapeGraph& g, bool step_backward) {
         return n.name + " " + seen.str() + (seen != n.shape ? " (a view of " + n.shape.str() + ")" : "");
     };
     o << "forward: " << g.ops.size() << " records, in the order they were recorded (src/autograd.cpp record())\n";
-    char buf[96];
+    int width = 0;  // of the op names' column: the longest name on this tape
+    for (const TapeOp& op : g.ops) width = std::max(width, static_cast<int>(op.op.size()));
+    char buf[160];
     for (std::size_t r = 0; r < g.ops.size(); ++r) {
         const TapeOp& op = g.ops[r];
         std::string ins;
         for (std::size_t i = 0; i < op.inputs.size(); ++i) ins += (i ? ", " : "") + tensor_str(op.inputs[i], op.input_shapes[i]);
-        std::snprintf(buf, sizeof buf, "  #%-4zu %-15s", r, op.op.c_str());
+        std::snprintf(buf, sizeof buf, "  #%-4zu %-*s  ", r, width, op.op.c_str());
         o << buf << ins << "  ->  " << g.tensors[op.output].shape.str() << (op.module.empty() ? "" : "   [" + op.module + "]") << "\n";
     }
     o << "loss = " << fmt("%.6f", g.loss) << " (label-smoothed cross-entropy, ε = 0.1)\n";

@@ -27,8 +27,13 @@ struct Pass {
     bool training() const { return dropout_rng != nullptr; }
 };
 
-// Dropout with probability p when the pass is training, the identity otherwise.
+// Dropout with probability p when the pass is training, the identity otherwise; and the fused forms
+// (ops.h) of dropout(relu(x)) and layer_norm(x + dropout(residual)), which fall back to relu and
+// add_layer_norm the same way.
 Tensor dropout(const Tensor& x, real p, const Pass& pass);
+Tensor relu_dropout(const Tensor& x, real p, const Pass& pass);
+Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, const Pass& pass, const Tensor& gamma,
+                              const Tensor& beta, real eps);
 
 // A fresh parameter: zero-filled leaf tensor that requires grad. Modules initialise it afterwards.
 Tensor make_param(const Shape& shape);
