@@ -796,9 +796,27 @@ void check_dropout_probability(const char* op, real p) {
 
 namespace {
 
-// The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (then v is kept
-// for backward, and x and r both receive dv), or v = x + dropout(r) with `drop` (r receives dropout's
-// backward of dv: the dropped-out copy of r is never made).
+// Row n of v = x + r, or of v = x + dropout(r) with `drop`, into vr (C values); returns vr. The dropped-out
+// residual is rounded to float before the sum, as dropout's output would be: the barrier keeps the
+// compiler from fusing its product and the sum into one multiply-add.
+const real* residual_sum_row(std::int64_t n, std::int64_t C, const real* px, const real* pr, const DropoutDraws* drop,
+                             real* vr) {
+    px += n * C;
+    pr += n * C;
+    if (drop) {
+        for (std::int64_t c = 0; c < C; ++c) vr[c] = drop->apply(n * C + c, pr[c]);
+        asm volatile("" ::: "memory");
+        for (std::int64_t c = 0; c < C; ++c) vr[c] = px[c] + vr[c];
+    } else {
+        for (std::int64_t c = 0; c < C; ++c) vr[c] = px[c] + pr[c];
+    }
+    return vr;
+}
+
+// The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (x and r both
+// receive dv), or v = x + dropout(r) with `drop` (r receives dropout's backward of dv). A sum v is not
+// kept for backward, which computes it again from x and r (the record keeps them anyway): one pass more,
+// one (N, C) tensor less per layer norm for as long as the tape lives.
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
                        real eps, const DropoutDraws* drop = nullptr) {
     require_defined(op, x, "input");
@@ -812,34 +830,29 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         fail(op, "input " + x.shape().str() + " needs gamma and beta of shape (" + std::to_string(C) + "), got " +
                      gamma.shape().str() + " and " + beta.shape().str());
     Tensor out = Tensor::empty(x.shape());
-    Tensor stats = Tensor::empty(Shape{N, 2});            // per row: mean, 1/σ — what backward needs
-    Tensor sum = r ? Tensor::empty(x.shape()) : x;        // v: what is normalised
+    Tensor stats = Tensor::empty(Shape{N, 2});  // per row: mean, 1/σ — with x and r, all that backward needs
     const real *px = x.data(), *pr = r ? r->data() : nullptr, *w = gamma.data(), *b = beta.data();
-    real *v = sum.data(), *y = out.data(), *st = stats.data();
-#pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
-    for (std::int64_t n = 0; n < N; ++n) {
-        real* vr = v + n * C;
-        if (pr && drop) {
-            // The dropped-out residual is rounded to float before the sum, as dropout's output would be: the
-            // barrier keeps the compiler from fusing its product and the sum into one multiply-add.
-            for (std::int64_t c = 0; c < C; ++c) vr[c] = drop->apply(n * C + c, pr[n * C + c]);
-            asm volatile("" ::: "memory");
-            for (std::int64_t c = 0; c < C; ++c) vr[c] = px[n * C + c] + vr[c];
-        } else if (pr)
-            for (std::int64_t c = 0; c < C; ++c) vr[c] = px[n * C + c] + pr[n * C + c];  // the residual sum
-        const real mu = lane_sum(C, [&](std::int64_t c) { return vr[c]; }) / real(C);
-        // biased variance, as in the paper and PyTorch
-        const real var = lane_sum(C, [&](std::int64_t c) { return (vr[c] - mu) * (vr[c] - mu); }) / real(C);
-        const real rstd = real(1) / std::sqrt(var + eps);  // eps inside the square root
-        for (std::int64_t c = 0; c < C; ++c) y[n * C + c] = (vr[c] - mu) * rstd * w[c] + b[c];
-        st[2 * n] = mu;
-        st[2 * n + 1] = rstd;
+    real *y = out.data(), *st = stats.data();
+#pragma omp parallel if (N * C >= kParallelGrain)
+    {
+        std::vector<real> row(pr ? C : 0);  // v of one row, when it is a sum
+#pragma omp for schedule(static)
+        for (std::int64_t n = 0; n < N; ++n) {
+            const real* vr = pr ? residual_sum_row(n, C, px, pr, drop, row.data()) : px + n * C;
+            const real mu = lane_sum(C, [&](std::int64_t c) { return vr[c]; }) / real(C);
+            // biased variance, as in the paper and PyTorch
+            const real var = lane_sum(C, [&](std::int64_t c) { return (vr[c] - mu) * (vr[c] - mu); }) / real(C);
+            const real rstd = real(1) / std::sqrt(var + eps);  // eps inside the square root
+            for (std::int64_t c = 0; c < C; ++c) y[n * C + c] = (vr[c] - mu) * rstd * w[c] + b[c];
+            st[2 * n] = mu;
+            st[2 * n + 1] = rstd;
+        }
     }
     if (!needs_grad({&x, r, &gamma, &beta})) return out;
     std::vector<Tensor> inputs{x, gamma, beta};
     if (r) inputs.push_back(*r);
     const std::optional<DropoutDraws> dropped = drop ? std::optional<DropoutDraws>(*drop) : std::nullopt;
-    return record(op, out, std::move(inputs), [N, C, stats, sum, dropped](Tensor& y, std::vector<Tensor>& in) {
+    return record(op, out, std::move(inputs), [N, C, stats, dropped](Tensor& y, std::vector<Tensor>& in) {
         // With x̂ = (v − μ)·rstd and y = x̂·γ + β, for one row of C values:
         //   dβ_c  += g_c                 (β adds straight through)
         //   dγ_c  += g_c · x̂_c           (γ scales x̂)
@@ -847,8 +860,10 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         //   dv_c   = rstd · (dx̂_c − mean(dx̂) − x̂_c · mean(dx̂ · x̂))
         // The last line is the chain rule through μ and rstd: the mean(dx̂) term is the path through μ,
         // the x̂·mean(dx̂·x̂) term the path through the variance. dv is added to x's gradient, and to the
-        // residual's when there is one (v = x + r).
-        const real *g = y.grad(), *v = sum.data(), *w = in[1].data(), *st = stats.data();
+        // residual's when there is one (v = x + r, computed again from x and r rather than kept).
+        const real *g = y.grad(), *px = in[0].data(), *w = in[1].data(), *st = stats.data();
+        const real* pr = in.size() > 3 ? in[3].data() : nullptr;
+        const DropoutDraws* drop = dropped ? &*dropped : nullptr;
         // Every row gives each value of dx and dr one contribution; x and r may be one tensor (x + x), then
         // dr, taken second, adds to what dx wrote in the same iteration.
         const GradTarget none{nullptr, false};
@@ -862,36 +877,41 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         constexpr std::int64_t kRowBlock = 32;
         const std::int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
         std::vector<real> partial(std::size_t(blocks) * 2 * C, real(0));  // per block: dγ (C), dβ (C)
-#pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
-        for (std::int64_t blk = 0; blk < blocks; ++blk) {
-            real* dw_part = partial.data() + std::size_t(blk) * 2 * C;
-            real* db_part = dw_part + C;
-            for (std::int64_t n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
-                const real *gr = g + n * C, *vr = v + n * C;
-                const real mu = st[2 * n], rstd = st[2 * n + 1];
-                for (std::int64_t c = 0; c < C; ++c) {
-                    dw_part[c] += gr[c] * (vr[c] - mu) * rstd;
-                    db_part[c] += gr[c];
-                }
-                const real mean_dxh = lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c]; }) / real(C);
-                const real mean_dxh_xh =
-                    lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c] * (vr[c] - mu) * rstd; }) / real(C);
-                const auto dv = [&](std::int64_t c) {
-                    return rstd * (gr[c] * w[c] - mean_dxh - (vr[c] - mu) * rstd * mean_dxh_xh);
-                };
-                for (int k = 0; k < 2; ++k) {  // dx first: see above
-                    const GradTarget& t = k == 0 ? dx : dr;
-                    if (!t.data) continue;
-                    real* out = t.data + n * C;
-                    if (k == 1 && dropped) {  // through the residual's dropout: × 1/(1−p) where it survived
-                        for (std::int64_t c = 0; c < C; ++c) {
-                            const real d = dropped->apply(n * C + c, dv(c));
-                            out[c] = t.overwrite ? d : out[c] + d;
+#pragma omp parallel if (N * C >= kParallelGrain)
+        {
+            std::vector<real> row(pr ? C : 0);
+#pragma omp for schedule(static)
+            for (std::int64_t blk = 0; blk < blocks; ++blk) {
+                real* dw_part = partial.data() + std::size_t(blk) * 2 * C;
+                real* db_part = dw_part + C;
+                for (std::int64_t n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
+                    const real* gr = g + n * C;
+                    const real* vr = pr ? residual_sum_row(n, C, px, pr, drop, row.data()) : px + n * C;
+                    const real mu = st[2 * n], rstd = st[2 * n + 1];
+                    for (std::int64_t c = 0; c < C; ++c) {
+                        dw_part[c] += gr[c] * (vr[c] - mu) * rstd;
+                        db_part[c] += gr[c];
+                    }
+                    const real mean_dxh = lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c]; }) / real(C);
+                    const real mean_dxh_xh =
+                        lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c] * (vr[c] - mu) * rstd; }) / real(C);
+                    const auto dv = [&](std::int64_t c) {
+                        return rstd * (gr[c] * w[c] - mean_dxh - (vr[c] - mu) * rstd * mean_dxh_xh);
+                    };
+                    for (int k = 0; k < 2; ++k) {  // dx first: see above
+                        const GradTarget& t = k == 0 ? dx : dr;
+                        if (!t.data) continue;
+                        real* out = t.data + n * C;
+                        if (k == 1 && dropped) {  // through the residual's dropout: × 1/(1−p) where it survived
+                            for (std::int64_t c = 0; c < C; ++c) {
+                                const real d = dropped->apply(n * C + c, dv(c));
+                                out[c] = t.overwrite ? d : out[c] + d;
+                            }
+                        } else if (t.overwrite) {
+                            for (std::int64_t c = 0; c < C; ++c) out[c] = dv(c);
+                        } else {
+                            for (std::int64_t c = 0; c < C; ++c) out[c] += dv(c);
                         }
-                    } else if (t.overwrite) {
-                        for (std::int64_t c = 0; c < C; ++c) out[c] = dv(c);
-                    } else {
-                        for (std::int64_t c = 0; c < C; ++c) out[c] += dv(c);
                     }
                 }
             }

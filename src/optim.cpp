@@ -212,8 +212,8 @@ ParamList checked_unique_parameters(const ParamList& params, const char* who) {
 
 Optimizer::Optimizer(const ParamList& params, const char* who) : params_(checked_unique_parameters(params, who)) {}
 
-void Optimizer::zero_grad() {
-    for (NamedTensor& p : params_) p.tensor.zero_grad();
+void Optimizer::zero_grad(bool set_to_none) {
+    for (NamedTensor& p : params_) set_to_none ? p.tensor.release_grad() : p.tensor.zero_grad();
 }
 
 // ---- Adam / AdamW ----------------------------------------------------------------------------------------------

@@ -138,6 +138,14 @@ void Tensor::zero_grad() {
     else std::memset(storage_->grad + offset_, 0, numel() * sizeof(real));
 }
 
+void Tensor::release_grad() {
+    if (!storage_ || !storage_->grad) return;
+    if (offset_ != 0 || static_cast<std::size_t>(numel()) != storage_->size) return zero_grad();
+    pool_free(storage_->grad);
+    storage_->grad = nullptr;
+    storage_->grad_stale = false;
+}
+
 Tensor Tensor::reshape(const Shape& shape) const {
     Shape s = shape;
     int infer = -1;

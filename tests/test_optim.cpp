@@ -278,6 +278,35 @@ TEST_CASE("zero_grad clears gradients and keeps the buffers", "[optim]") {
     CHECK(p.grad_vector() == std::vector<real>{0.0f, 0.0f, 0.0f});
 }
 
+TEST_CASE("zero_grad(set_to_none) gives the buffers back; the next backward writes them as before, and step "
+          "skips a parameter no backward reached",
+          "[optim]") {
+    tf::Tensor p = param(kP0), q = param(kP0), kept = param(kP0);
+    tf::Adam adam({{"p", p}, {"q", q}});
+    tf::Adam reference({{"kept", kept}});
+    set_grad(p, kGrads[0]);
+    set_grad(q, kGrads[0]);
+    set_grad(kept, kGrads[0]);
+    adam.step(0.01);
+    reference.step(0.01);
+    adam.zero_grad(/*set_to_none=*/true);
+    reference.zero_grad();
+    CHECK(!p.has_grad());
+    CHECK(p.grad_vector() == std::vector<real>{0.0f, 0.0f, 0.0f});
+    // A backward through p only: p's gradient is written afresh, q has none and keeps its values.
+    tf::Tensor loss = tf::sum_all(tf::mul(p, tf::Tensor::from({0.5f, -1.0f, 2.0f}, tf::Shape{3})));
+    tf::backward(loss);
+    tf::Tensor loss2 = tf::sum_all(tf::mul(kept, tf::Tensor::from({0.5f, -1.0f, 2.0f}, tf::Shape{3})));
+    tf::backward(loss2);
+    CHECK(p.grad_vector() == kept.grad_vector());
+    const std::vector<real> q_before = q.to_vector();
+    adam.step(0.01);
+    reference.step(0.01);
+    CHECK(p.to_vector() == kept.to_vector());  // the same update as with a zeroed buffer
+    CHECK(q.to_vector() == q_before);          // no gradient: skipped, as torch skips .grad = None
+    CHECK(adam.step_count(1) == 1);
+}
+
 TEST_CASE("optimizer settings and learning rates are validated", "[optim]") {
     tf::Tensor p = param(kP0);
     CHECK_THROWS_WITH(tf::Adam({{"w", p}}, {1.0, 0.98, 1e-9, 0}), Contains("Adam") && Contains("beta1"));

@@ -33,8 +33,10 @@ public:
     virtual void step(double lr, double grad_scale) = 0;
     void step(double lr) { step(lr, 1.0); }
     // Every gradient reads as zero again (keeps the buffers, as torch's zero_grad(set_to_none=False);
-    // the first op to write one overwrites it: Tensor::grad_target).
-    void zero_grad();
+    // the first op to write one overwrites it: Tensor::grad_target). With set_to_none, as torch's
+    // zero_grad(set_to_none=True), the buffers go back to the pool instead, so that the next forward's
+    // activations can use that memory; step() then skips a parameter that no backward reached.
+    void zero_grad(bool set_to_none = false);
 
     // A snapshot (deep copies) of everything step() depends on besides lr and the parameters, named
     // "<prefix>.<what>.<parameter name>", e.g. "adam.m.encoder.layers.0.linear1.weight". Step counts are

@@ -92,6 +92,8 @@ public:
     // a view of its whole storage can be overwritten; another (a rows() view) is zeroed and added to.
     GradTarget grad_target();
     void zero_grad();                       // the gradient reads as zeros again; keeps the buffer
+    void release_grad();                    // no gradient any more: the buffer goes back to the pool (a view
+                                            // of part of its storage only zeroes its part, as zero_grad)
     bool is_leaf() const { return storage_->is_leaf; }
     void mark_non_leaf() { storage_->is_leaf = false; }
 

@@ -731,6 +731,7 @@ void Trainer::train_step(const Batch& b) {
     // Clipping (torch's clip_grad_norm_) as the optimizer's factor on the gradients: the same update.
     optimizer_->step(lr, c_.optim.clip > 0 ? clip_coefficient(last_grad_norm_, c_.optim.clip) : 1.0);
     if (average_) average_->update(state_.step);
+    optimizer_->zero_grad(/*set_to_none=*/true);  // until the next backward, the gradients' memory serves activations
     state_.dropout_offset = dropout_rng_.offset;
     state_.target_tokens += report.tokens;
 
