@@ -796,15 +796,20 @@ void check_dropout_probability(const char* op, real p) {
 
 namespace {
 
-// Row n of v = x + r, or of v = x + dropout(r) with `drop`, into vr (C values); returns vr. The dropped-out
-// residual is rounded to float before the sum, as dropout's output would be: the barrier keeps the
-// compiler from fusing its product and the sum into one multiply-add.
+// Row n of v = x + r, or of v = x + dropout(r) with `drop`, into vr (C values); returns vr. With `drop`
+// and `kept` (C flags), also which values of r survived. The dropped-out residual is rounded to float
+// before the sum, as dropout's output would be: the barrier keeps the compiler from fusing its product and
+// the sum into one multiply-add.
 const real* residual_sum_row(std::int64_t n, std::int64_t C, const real* px, const real* pr, const DropoutDraws* drop,
-                             real* vr) {
+                             real* vr, unsigned char* kept = nullptr) {
     px += n * C;
     pr += n * C;
     if (drop) {
-        for (std::int64_t c = 0; c < C; ++c) vr[c] = drop->apply(n * C + c, pr[c]);
+        for (std::int64_t c = 0; c < C; ++c) {
+            const bool keep = drop->keeps(n * C + c);
+            if (kept) kept[c] = keep;
+            vr[c] = keep ? pr[c] * drop->keep_scale : real(0);
+        }
         asm volatile("" ::: "memory");
         for (std::int64_t c = 0; c < C; ++c) vr[c] = px[c] + vr[c];
     } else {
@@ -880,13 +885,14 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
 #pragma omp parallel if (N * C >= kParallelGrain)
         {
             std::vector<real> row(pr ? C : 0);
+            std::vector<unsigned char> kept(drop ? C : 0);  // the row's dropout mask, drawn once for v and dr
 #pragma omp for schedule(static)
             for (std::int64_t blk = 0; blk < blocks; ++blk) {
                 real* dw_part = partial.data() + std::size_t(blk) * 2 * C;
                 real* db_part = dw_part + C;
                 for (std::int64_t n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
                     const real* gr = g + n * C;
-                    const real* vr = pr ? residual_sum_row(n, C, px, pr, drop, row.data()) : px + n * C;
+                    const real* vr = pr ? residual_sum_row(n, C, px, pr, drop, row.data(), kept.data()) : px + n * C;
                     const real mu = st[2 * n], rstd = st[2 * n + 1];
                     for (std::int64_t c = 0; c < C; ++c) {
                         dw_part[c] += gr[c] * (vr[c] - mu) * rstd;
@@ -902,9 +908,9 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
                         const GradTarget& t = k == 0 ? dx : dr;
                         if (!t.data) continue;
                         real* out = t.data + n * C;
-                        if (k == 1 && dropped) {  // through the residual's dropout: × 1/(1−p) where it survived
+                        if (k == 1 && drop) {  // through the residual's dropout: × 1/(1−p) where it survived
                             for (std::int64_t c = 0; c < C; ++c) {
-                                const real d = dropped->apply(n * C + c, dv(c));
+                                const real d = kept[c] ? dv(c) * drop->keep_scale : real(0);
                                 out[c] = t.overwrite ? d : out[c] + d;
                             }
                         } else if (t.overwrite) {

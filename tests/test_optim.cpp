@@ -278,7 +278,7 @@ TEST_CASE("zero_grad clears gradients and keeps the buffers", "[optim]") {
     CHECK(p.grad_vector() == std::vector<real>{0.0f, 0.0f, 0.0f});
 }
 
-TEST_CASE("zero_grad(set_to_none) gives the buffers back; the next backward writes them as before, and step "
+TEST_CASE("zero_grad(set_to_none) gives the buffers back, the next backward writes them as before, and step "
           "skips a parameter no backward reached",
           "[optim]") {
     tf::Tensor p = param(kP0), q = param(kP0), kept = param(kP0);
