@@ -792,10 +792,6 @@ void check_dropout_probability(const char* op, real p) {
     if (!(p >= 0 && p < 1)) fail(op, "probability must be in [0, 1), got " + std::to_string(p));
 }
 
-}  // namespace
-
-namespace {
-
 // Row n of v = x + r, or of v = x + dropout(r) with `drop`, into vr (C values); returns vr. With `drop`
 // and `kept` (C flags), also which values of r survived. The dropped-out residual is rounded to float
 // before the sum, as dropout's output would be: the barrier keeps the compiler from fusing its product and

@@ -134,7 +134,8 @@ private:
 
 // ---- an average of the weights ----------------------------------------------------------------------
 // An exponential moving average of the parameters, kept beside them (Polyak averaging; Marian's
-// --exponential-smoothing, timm's ModelEmaV2). After update t (t = 1, 2, ...), for every value:
+// --exponential-smoothing; the warm-up of d_t is TensorFlow's ExponentialMovingAverage with num_updates).
+// After update t (t = 1, 2, ...), for every value:
 //   a ← a + (1 − d_t)·(p − a),   d_t = min(decay, (1 + t) / (10 + t))
 // Early on d_t is small, so the average follows the weights while they change fast; later it forgets
 // at most 1 − decay of itself per step, so it covers about the last 1 / (1 − decay) updates, and at most
