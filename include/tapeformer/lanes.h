@@ -13,7 +13,8 @@
 TF_NAMESPACE_BEGIN
 
 // e^x as plain arithmetic, so that loops calling it vectorise (std::exp is a libm call, which GCC only
-// vectorises under -ffast-math). float: x = n·ln2 + r with |r| ≤ ln2/2, e^r from the degree-6 polynomial of
+// vectorises under -ffast-math; the selects below vectorise without AVX-512 only under -fno-trapping-math,
+// which CMakeLists.txt sets). float: x = n·ln2 + r with |r| ≤ ln2/2, e^r from the degree-6 polynomial of
 // Cephes' expf, 2^n written into the exponent bits. Within 2 ulp of std::exp on [−87, 88], 0 below −87 (so
 // e^−∞ = 0, as masked keys need); meant for x ≤ 88 (every caller passes x − max ≤ 0). The float64 build,
 // which exists for exact gradient checks, keeps std::exp.
