@@ -22,7 +22,7 @@ if [[ -z ${OPENBLAS_CORETYPE:-} ]] && grep -qw avx512f /proc/cpuinfo; then expor
 omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
 [[ -d $omp ]] || { echo "greedy_vs_torch.sh: install libopenblas0-openmp first" >&2; exit 2; }
 echo "settings for both: OMP_WAIT_POLICY=$OMP_WAIT_POLICY OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto} threads $threads flags: $*"
-field() { /usr/bin/python3 -c 'import json,sys; print("%.0f" % json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+field() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 ratios=()
 for ((r = 1; r <= rounds; r++)); do
   a=$("$bin" bench train --threads "$threads" --steps 0 --eval-greedy --eval-reps 5 "${ours_flags[@]}" | grep '^{' | tail -n 1)
@@ -31,6 +31,7 @@ for ((r = 1; r <= rounds; r++)); do
   ours=$(field "$a" greedy_tokens_per_s); theirs=$(field "$b" greedy_cached_tokens_per_s)
   ratio=$(/usr/bin/python3 -c "print('%.2f' % ($ours / $theirs))")
   ratios+=("$ratio")
-  echo "round $r: tapeformer $ours tok/s, PyTorch cached $theirs tok/s, ratio $ratio (load $(cut -d' ' -f1 /proc/loadavg))"
+  printf 'round %d: tapeformer %.0f tok/s, PyTorch cached %.0f tok/s, ratio %s (load %s)\n' \
+    "$r" "$ours" "$theirs" "$ratio" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 echo "median ratio: $(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
