@@ -107,7 +107,7 @@ inline bf16_t to_bf16(float x) {
 }
 
 // x (rows, cols) with row stride ld -> out (rows, cols), dense.
-void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out) {
+[[maybe_unused]] void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out) {
 #pragma omp parallel for schedule(static) if (rows * cols >= (std::int64_t(1) << 16) && !omp_in_parallel())
     for (std::int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * ld;
@@ -166,7 +166,7 @@ dnnl::matmul make_tile_primitive(const TileKey& key) {
     return dnnl::matmul(pd);
 }
 
-void bf16_tile(const TileKey& key, const bf16_t* A, const bf16_t* B, float* C) {
+[[maybe_unused]] void bf16_tile(const TileKey& key, const bf16_t* A, const bf16_t* B, float* C) {
     // Each thread keeps its own primitives and stream: no locks, and no primitive runs on two threads at once.
     thread_local std::map<TileKey, dnnl::matmul> primitives;
     thread_local dnnl::stream stream(cpu_engine());
@@ -234,18 +234,59 @@ Precision precision() { return g_precision; }
     }
 }
 
+// ---- frozen bf16 copies -----------------------------------------------------------------------------------
+
+namespace {
+const FrozenBf16* g_frozen = nullptr;  // the one that lives, if any
+}
+
+FrozenBf16::FrozenBf16() {
+    if (g_frozen) throw std::logic_error("FrozenBf16: another one is alive; only one may live at a time");
+    g_frozen = this;
+}
+
+FrozenBf16::~FrozenBf16() { g_frozen = nullptr; }
+
+void FrozenBf16::add(const real* data, std::int64_t rows, std::int64_t cols) {
+#ifndef TAPEFORMER_F64
+    if (g_precision != Precision::BF16 || rows <= 0 || cols <= 0) return;
+    Matrix& m = matrices_[data];
+    m.rows = rows;
+    m.cols = cols;
+    m.bf16.resize(std::size_t(rows * cols));
+    round_to_bf16(data, rows, cols, cols, m.bf16.data());
+#else
+    (void)data, (void)rows, (void)cols;  // the float64 build has no bf16 products
+#endif
+}
+
+const std::uint16_t* FrozenBf16::find(const real* B, std::int64_t rows, std::int64_t cols, std::int64_t ld) const {
+    // The held matrix that starts at or before B; B must be some of its rows, whole.
+    auto it = matrices_.upper_bound(B);
+    if (it == matrices_.begin()) return nullptr;
+    const Matrix& m = (--it)->second;
+    const std::ptrdiff_t offset = B - it->first;
+    if (cols != m.cols || ld != m.cols || offset % m.cols != 0 || offset / m.cols + rows > m.rows) return nullptr;
+    return m.bf16.data() + offset;
+}
+
+#ifndef TAPEFORMER_F64
 // C = α·op(A)·op(B) + β·C with A and B rounded to bf16; M, N, K > 0.
-[[maybe_unused]] static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
-                                       const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
-                                       float* C, std::int64_t ldc) {
+static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                      std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
     // The operands as stored, A (M, K) or (K, M) and B (K, N) or (N, K), rounded into dense bf16 copies.
     const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    // B may be a frozen matrix (a weight, while decoding), already rounded.
     thread_local std::vector<bf16_t> a16, b16;
     a16.resize(std::size_t(a_rows * a_cols));
-    b16.resize(std::size_t(b_rows * b_cols));
     round_to_bf16(A, a_rows, a_cols, lda, a16.data());
-    round_to_bf16(B, b_rows, b_cols, ldb, b16.data());
-    const bf16_t *A16 = a16.data(), *B16 = b16.data();
+    const bf16_t* A16 = a16.data();
+    const bf16_t* B16 = g_frozen ? g_frozen->find(B, b_rows, b_cols, ldb) : nullptr;
+    if (!B16) {
+        b16.resize(std::size_t(b_rows * b_cols));
+        round_to_bf16(B, b_rows, b_cols, ldb, b16.data());
+        B16 = b16.data();
+    }
 
     const Tiling t = tiling(M, N, K);
     const std::int64_t tiles = t.row_tiles * t.col_tiles;
@@ -263,6 +304,7 @@ Precision precision() { return g_precision; }
 #pragma omp parallel for schedule(static)
     for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
 }
+#endif
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
           std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {

@@ -83,6 +83,12 @@ std::int64_t max_output_length(std::int64_t n, const DecodeOptions& o, const Mod
     return std::max<std::int64_t>(cap, 0);
 }
 
+FrozenWeights::FrozenWeights(const Transformer& model) {
+    if (precision() != Precision::BF16) return;
+    for (const NamedTensor& p : model.parameters())
+        if (p.tensor.rank() == 2) bf16_.add(p.tensor.data(), p.tensor.size(0), p.tensor.size(1));
+}
+
 // ---- the incremental decoder ------------------------------------------------------------------------------
 
 IncrementalDecoder::IncrementalDecoder(Transformer& model, const Tensor& memory, const std::vector<std::int32_t>& src,

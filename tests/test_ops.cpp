@@ -610,14 +610,14 @@ TEST_CASE("ops: additive attention scores s_ij = v · tanh(q_i + k_j), by hand",
 TEST_CASE("ops: relu_dropout and add_dropout_layer_norm give the numbers of the ops they fuse, forward and backward, "
           "and draw the same counters",
           "[ops]") {
-    const Shape shape{4, 6, 70};  // large enough for the threaded paths
+    const Shape shape{8, 64, 260};  // 133,120 values: above kParallelGrain (2^17), so the threaded paths run
     auto random = [&](std::uint64_t seed) {
         Tensor t = Tensor::empty(shape);
         tf::Rng rng(seed);
         for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = real(2 * rng.uniform() - 1);
         return t;
     };
-    Tensor gamma = Tensor::full(Shape{70}, 1.25f), beta = Tensor::full(Shape{70}, -0.5f);
+    Tensor gamma = Tensor::full(Shape{260}, 1.25f), beta = Tensor::full(Shape{260}, -0.5f);
     // loss = Σ y · w for a fixed random w: every output's gradient is a different number.
     const Tensor w = random(99);
     auto grads_of = [&](const std::vector<Tensor>& inputs, const auto& f, tf::Rng& rng) {

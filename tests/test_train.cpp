@@ -355,15 +355,16 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
 TEST_CASE("train: 1, 2 and 3 threads give the same losses and weights, and --resume may change --threads",
           "[train][determinism]") {
     // A model large enough that every threaded path runs split (gemm tiles, layer norm's row blocks,
-    // attention's batched products, the loss rows). Same run: straight on 1 and on 2 threads; 3 steps on
-    // 2 threads, then --resume to 6 on 3 threads.
-    Corpus corpus(180, 20);
+    // attention's batched products and softmax, the loss rows: loops of kParallelGrain = 2^17 element
+    // operations and more, e.g. (3000 positions, 128) activations, (B, 8, T, T) attention weights).
+    // Same run: straight on 1 and on 2 threads; 3 steps on 2 threads, then --resume to 6 on 3 threads.
+    Corpus corpus(400, 20);
     TempDir tmp;
     tf::TrainConfig c = tiny_config(corpus, tmp / "one");
-    c.model.d_model = 64;
-    c.model.heads = 4;
-    c.model.ffn = 128;
-    c.data.batch_tokens = 1500;
+    c.model.d_model = 128;
+    c.model.heads = 8;
+    c.model.ffn = 256;
+    c.data.batch_tokens = 3000;
     c.max_steps = 6;
     train_quietly(c);
     c.out_dir = tmp / "two";

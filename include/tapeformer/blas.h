@@ -4,7 +4,9 @@
 // two never oversubscribe the cores.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "tapeformer/config.h"
 
@@ -46,6 +48,35 @@ bool cpu_has_bf16();
 // FP32 instead and returns one line saying so (for the user); otherwise returns "".
 std::string set_precision(Precision p);
 Precision precision();
+
+// bf16 copies of matrices that do not change for a while — a model's weights while it decodes. While one
+// of these lives, a bf16 gemm whose B operand is a matrix added to it reads B from the copy, rounded once
+// by add(), instead of rounding the whole matrix again on every call: decoding multiplies the same weight
+// matrices by a few rows at every step, and rounded them more often than it multiplied them (the (8000,
+// 256) output projection by 64 rows, 20 times a batch). The results are the same bits as without it. The
+// matrices must not change while it lives; the caller (decode.h's FrozenWeights) makes sure of that. One
+// lives at a time (a second one throws std::logic_error); add() keeps nothing when the precision is fp32.
+class FrozenBf16 {
+public:
+    FrozenBf16();
+    ~FrozenBf16();
+    FrozenBf16(const FrozenBf16&) = delete;
+    FrozenBf16& operator=(const FrozenBf16&) = delete;
+
+    void add(const real* data, std::int64_t rows, std::int64_t cols);  // a dense (rows, cols) matrix
+    std::size_t size() const { return matrices_.size(); }               // matrices held
+
+    // The copy of B, a (rows, cols) matrix with row stride ld, if B is one of the matrices held or some of
+    // its consecutive rows (the query rows of a fused Q, K, V weight); else null.
+    const std::uint16_t* find(const real* B, std::int64_t rows, std::int64_t cols, std::int64_t ld) const;
+
+private:
+    struct Matrix {
+        std::int64_t rows, cols;
+        std::vector<std::uint16_t> bf16;  // (rows, cols), dense
+    };
+    std::map<const real*, Matrix> matrices_;
+};
 
 void set_threads(int n);   // n <= 0: all cores
 int num_threads();

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tapeformer/blas.h"
 #include "tapeformer/nn/transformer.h"
 
 TF_NAMESPACE_BEGIN
@@ -41,6 +42,19 @@ std::int64_t max_output_length(std::int64_t n, const DecodeOptions& options, con
 
 // GNMT length penalty ((5 + len) / 6)^α (Wu et al. 2016, eq. 14).
 double length_penalty(std::int64_t len, double alpha);
+
+// The model's weight matrices held as bf16 copies (FrozenBf16, blas.h) for the decoding that follows: each
+// rounded once instead of at every product of every step. Only in bf16 precision (otherwise it holds
+// nothing); the weights must not change while it lives. translate, eval, validation and the benchmark hold
+// one around their loop over batches.
+class FrozenWeights {
+public:
+    explicit FrozenWeights(const Transformer& model);
+    std::size_t size() const { return bf16_.size(); }  // matrices held
+
+private:
+    FrozenBf16 bf16_;
+};
 
 // Translates B source rows of S ids each (right-padded with pad), all at once, under NoGradGuard and in
 // evaluation mode. Row b of the result is the translation of source row b. Pad and BOS are never generated.

@@ -37,6 +37,7 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
                                     std::to_string(beams) + " (better " + std::to_string(beams * 64) + ") or lower --beam");
     std::vector<std::string> out(lines.size());
     std::int64_t done = 0;
+    const FrozenWeights frozen(model);
     for (const Batch& batch : inference_batches(sources, batch_tokens / beams)) {
         const auto outputs = translate_batch(model, batch.src, batch.B, batch.S, options);
         for (std::int64_t b = 0; b < batch.B; ++b) {
