@@ -8,6 +8,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -142,6 +143,18 @@ const dnnl::engine& cpu_engine() {
     return engine;
 }
 
+// α as an output scale, β as a sum post-op.
+dnnl::primitive_attr product_attr(float alpha, float beta) {
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+        dnnl::post_ops ops;
+        ops.append_sum(beta);
+        attr.set_post_ops(ops);
+    }
+    return attr;
+}
+
 // One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 with row strides lda, ldb as stored.
 using TileKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                            std::int64_t, float, float>;
@@ -152,14 +165,7 @@ dnnl::matmul make_tile_primitive(const TileKey& key) {
     const dnnl::memory::desc a_md({m, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
     const dnnl::memory::desc b_md({K, n}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
     const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
-    dnnl::primitive_attr attr;
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-        dnnl::post_ops ops;
-        ops.append_sum(beta);
-        attr.set_post_ops(ops);
-    }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), product_attr(alpha, beta), cpu_engine());
     if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
         std::fprintf(stderr, "bf16 tile %c%c m=%lld n=%lld K=%lld: %s\n", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
                      (long long)n, (long long)K, pd.impl_info_str());
@@ -234,59 +240,18 @@ Precision precision() { return g_precision; }
     }
 }
 
-// ---- frozen bf16 copies -----------------------------------------------------------------------------------
-
-namespace {
-const FrozenBf16* g_frozen = nullptr;  // the one that lives, if any
-}
-
-FrozenBf16::FrozenBf16() {
-    if (g_frozen) throw std::logic_error("FrozenBf16: another one is alive; only one may live at a time");
-    g_frozen = this;
-}
-
-FrozenBf16::~FrozenBf16() { g_frozen = nullptr; }
-
-void FrozenBf16::add(const real* data, std::int64_t rows, std::int64_t cols) {
-#ifndef TAPEFORMER_F64
-    if (g_precision != Precision::BF16 || rows <= 0 || cols <= 0) return;
-    Matrix& m = matrices_[data];
-    m.rows = rows;
-    m.cols = cols;
-    m.bf16.resize(std::size_t(rows * cols));
-    round_to_bf16(data, rows, cols, cols, m.bf16.data());
-#else
-    (void)data, (void)rows, (void)cols;  // the float64 build has no bf16 products
-#endif
-}
-
-const std::uint16_t* FrozenBf16::find(const real* B, std::int64_t rows, std::int64_t cols, std::int64_t ld) const {
-    // The held matrix that starts at or before B; B must be some of its rows, whole.
-    auto it = matrices_.upper_bound(B);
-    if (it == matrices_.begin()) return nullptr;
-    const Matrix& m = (--it)->second;
-    const std::ptrdiff_t offset = B - it->first;
-    if (cols != m.cols || ld != m.cols || offset % m.cols != 0 || offset / m.cols + rows > m.rows) return nullptr;
-    return m.bf16.data() + offset;
-}
-
 #ifndef TAPEFORMER_F64
 // C = α·op(A)·op(B) + β·C with A and B rounded to bf16; M, N, K > 0.
 static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
                       std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
     // The operands as stored, A (M, K) or (K, M) and B (K, N) or (N, K), rounded into dense bf16 copies.
     const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-    // B may be a frozen matrix (a weight, while decoding), already rounded.
     thread_local std::vector<bf16_t> a16, b16;
     a16.resize(std::size_t(a_rows * a_cols));
+    b16.resize(std::size_t(b_rows * b_cols));
     round_to_bf16(A, a_rows, a_cols, lda, a16.data());
-    const bf16_t* A16 = a16.data();
-    const bf16_t* B16 = g_frozen ? g_frozen->find(B, b_rows, b_cols, ldb) : nullptr;
-    if (!B16) {
-        b16.resize(std::size_t(b_rows * b_cols));
-        round_to_bf16(B, b_rows, b_cols, ldb, b16.data());
-        B16 = b16.data();
-    }
+    round_to_bf16(B, b_rows, b_cols, ldb, b16.data());
+    const bf16_t *A16 = a16.data(), *B16 = b16.data();
 
     const Tiling t = tiling(M, N, K);
     const std::int64_t tiles = t.row_tiles * t.col_tiles;
@@ -306,6 +271,112 @@ static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int
 }
 #endif
 
+// ---- frozen matrices -----------------------------------------------------------------------------------
+
+namespace {
+const FrozenMatrices* g_frozen = nullptr;  // the one that lives, if any
+}
+
+// The packed copies: one per (first row, rows, precision) of a held matrix, made at first use under the lock
+// (decoding's groups run on several threads at once), then only read.
+struct FrozenMatrices::Packed {
+    std::mutex mutex;
+    std::map<std::tuple<const real*, std::int64_t, bool>, dnnl::memory> copies;
+};
+
+FrozenMatrices::FrozenMatrices() : packed_(std::make_unique<Packed>()) {
+    if (g_frozen) throw std::logic_error("FrozenMatrices: another one is alive; only one may live at a time");
+    g_frozen = this;
+}
+
+FrozenMatrices::~FrozenMatrices() { g_frozen = nullptr; }
+
+void FrozenMatrices::add(const real* data, std::int64_t rows, std::int64_t cols) {
+#ifndef TAPEFORMER_F64
+    if (rows > 0 && cols > 0) matrices_[data] = {rows, cols};
+#else
+    (void)data, (void)rows, (void)cols;  // the float64 build multiplies with dgemm only
+#endif
+}
+
+bool FrozenMatrices::holds(const real* B, std::int64_t rows, std::int64_t cols, std::int64_t ld) const {
+    auto it = matrices_.upper_bound(B);  // the held matrix that starts at or before B
+    if (it == matrices_.begin()) return false;
+    --it;
+    const auto [m_rows, m_cols] = it->second;
+    const std::ptrdiff_t offset = B - it->first;
+    return cols == m_cols && ld == m_cols && offset % m_cols == 0 && offset / m_cols + rows <= m_rows;
+}
+
+// One oneDNN matmul on this thread over B's packed copy. In bf16, A is rounded to a dense bf16 copy first
+// (oneDNN multiplies bf16 by bf16 only).
+bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
+                              std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C,
+                              std::int64_t ldc) const {
+#ifdef TAPEFORMER_F64
+    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+    return false;
+#else
+    if (!holds(B, N, K, ldb)) return false;
+    Packed& packed = *packed_;
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    const bool bf16 = g_precision == Precision::BF16;
+    const dt type = bf16 ? dt::bf16 : dt::f32;
+    const std::int64_t a_ld = bf16 ? K : lda;
+    const dnnl::memory::desc a_md({M, K}, type, dims{a_ld, 1});
+    const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
+    using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float, bool>;
+    thread_local std::map<Key, dnnl::matmul> primitives;  // per thread: no primitive runs on two at once
+    thread_local dnnl::stream stream(cpu_engine());
+    try {
+        OneThread one_thread;  // oneDNN neither splits the product nor opens a region of its own
+        dnnl::memory weights;
+        {
+            std::lock_guard<std::mutex> lock(packed.mutex);
+            auto it = packed.copies.find({B, N, bf16});
+            if (it == packed.copies.end()) {
+                // The layout oneDNN's kernel prefers for this product; B (N, K) is read as Bᵀ (K, N).
+                const dnnl::memory::desc any({K, N}, type, dnnl::memory::format_tag::any);
+                const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any, c_md), product_attr(alpha, beta),
+                                                      cpu_engine());
+                dnnl::memory plain({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
+                dnnl::memory copy(pd.weights_desc(), cpu_engine());
+                dnnl::reorder(plain, copy).execute(stream, plain, copy);  // f32 -> bf16 rounds to nearest even
+                stream.wait();
+                it = packed.copies.emplace(std::make_tuple(B, N, bf16), copy).first;
+            }
+            weights = it->second;
+        }
+        const Key key{M, N, K, lda, ldc, alpha, beta, bf16};
+        auto it = primitives.find(key);
+        if (it == primitives.end()) {
+            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, weights.get_desc(), c_md),
+                                                  product_attr(alpha, beta), cpu_engine());
+            if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
+                std::fprintf(stderr, "held %s product M=%lld N=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", (long long)M,
+                             (long long)N, (long long)K, pd.impl_info_str());
+            it = primitives.emplace(key, dnnl::matmul(pd)).first;
+        }
+        thread_local std::vector<bf16_t> a16;
+        const void* a = A;
+        if (bf16) {
+            a16.resize(std::size_t(M * K));
+            round_to_bf16(A, M, K, lda, a16.data());
+            a = a16.data();
+        }
+        const dnnl::memory a_mem(a_md, cpu_engine(), const_cast<void*>(a));
+        const dnnl::memory c_mem(c_md, cpu_engine(), C);
+        it->second.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c_mem}});
+        stream.wait();
+        return true;
+    } catch (const dnnl::error&) {
+        return false;
+    }
+#endif
+}
+
+
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
           std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
     if (M == 0 || N == 0) return;
@@ -315,6 +386,7 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
         return;
     }
 #ifndef TAPEFORMER_F64
+    if (g_frozen && !ta && tb && g_frozen->multiply(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
     if (g_precision == Precision::BF16) {
         if (M * N * K < kSmallProduct)
             return bf16_small_products(ta, tb, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, false);

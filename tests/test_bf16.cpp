@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "tapeformer/blas.h"
-#include "tapeformer/decode.h"
 #include "tapeformer/random.h"
 #include "tapeformer/train.h"
 #include "helpers.h"
@@ -157,115 +156,6 @@ TEST_CASE("bf16 gemm gives the same bits on 1 and 2 threads", "[bf16][determinis
         tf::set_threads(threads);
         CHECK(one == two);
     }
-}
-
-// ---- frozen bf16 copies (decoding's weights) -----------------------------------------------------------------
-
-TEST_CASE("FrozenBf16: a held B operand gives the same bits as rounding it at every call", "[bf16]") {
-    if (skip_without_bf16()) return;
-    PrecisionScope scope(Precision::BF16);
-    // Decoding's products: 64 rows by a square weight, by an FFN weight, by a wide output projection; and the
-    // rows of a fused (3C, C) Q, K, V weight: all of it, the query rows, the key and value rows.
-    const std::int64_t C = 256;
-    const std::vector<float> square = uniform(std::size_t(C * C), 70), ffn = uniform(std::size_t(4 * C * C), 71);
-    const std::vector<float> wide = uniform(std::size_t(2000 * C), 72), qkv = uniform(std::size_t(3 * C * C), 73);
-    const std::vector<float> x = uniform(std::size_t(64 * 4 * C), 74), C0 = uniform(std::size_t(64 * 2000), 75);
-    struct Use {
-        const char* what;
-        const float* B;
-        std::int64_t N, K;
-    };
-    const std::vector<Use> uses = {{"square", square.data(), C, C},          {"ffn (4C, C)", ffn.data(), 4 * C, C},
-                                   {"ffn (C, 4C)", ffn.data(), C, 4 * C},    {"wide", wide.data(), 2000, C},
-                                   {"qkv", qkv.data(), 3 * C, C},           {"q rows", qkv.data(), C, C},
-                                   {"k, v rows", qkv.data() + C * C, 2 * C, C}};
-    auto product = [&](const Use& u, int threads) {  // C (64, N) = x (64, K) · Bᵀ + C0
-        std::vector<float> out(C0.begin(), C0.begin() + 64 * u.N);
-        const int saved = tf::num_threads();
-        tf::set_threads(threads);
-        tf::gemm(false, true, 64, u.N, u.K, 1, x.data(), u.K, u.B, u.K, 1, out.data(), u.N);
-        tf::set_threads(saved);
-        return out;
-    };
-    std::vector<std::vector<float>> plain;
-    for (const Use& u : uses) plain.push_back(product(u, 2));
-    tf::FrozenBf16 frozen;
-    frozen.add(square.data(), C, C);
-    frozen.add(ffn.data(), 4 * C, C);
-    frozen.add(wide.data(), 2000, C);
-    frozen.add(qkv.data(), 3 * C, C);
-    CHECK(frozen.size() == 4);
-    for (std::size_t i = 0; i < uses.size(); ++i) {
-        const Use& u = uses[i];
-        INFO(u.what);
-        const bool held = std::string(u.what) != "ffn (C, 4C)";  // the same floats read as (C, 4C): not the held shape
-        CHECK((frozen.find(u.B, u.N, u.K, u.K) != nullptr) == held);
-        CHECK(product(u, 2) == plain[i]);
-        CHECK(product(u, 1) == plain[i]);
-    }
-    // What find() must refuse: a row stride other than the held one, rows past the end, a start inside a row,
-    // a matrix that is not held.
-    CHECK(frozen.find(qkv.data(), C, C, C + 1) == nullptr);
-    CHECK(frozen.find(qkv.data() + C * C, 3 * C, C, C) == nullptr);
-    CHECK(frozen.find(qkv.data() + 5, C, C, C) == nullptr);
-    CHECK(frozen.find(C0.data(), 64, 2000, 2000) == nullptr);
-    // The copy really is what the product reads: changing it changes the result (so the test above compared
-    // the held path, not the rounding path twice).
-    const_cast<std::uint16_t*>(frozen.find(square.data(), C, C, C))[0] ^= 0x0100;
-    CHECK(product(uses[0], 2) != plain[0]);
-}
-
-TEST_CASE("FrozenBf16: one at a time, and nothing held in fp32", "[bf16]") {
-    {
-        tf::FrozenBf16 first;
-        CHECK_THROWS_AS(tf::FrozenBf16(), std::logic_error);
-    }
-    tf::FrozenBf16 again;  // the first one's end freed the place
-    const std::vector<float> w = uniform(64 * 64, 80);
-    PrecisionScope scope(Precision::FP32);
-    again.add(w.data(), 64, 64);
-    CHECK(again.size() == 0);
-    CHECK(again.find(w.data(), 64, 64, 64) == nullptr);
-}
-
-TEST_CASE("FrozenWeights: bf16 greedy and beam translations are the same bits with the weights held", "[bf16][decode]") {
-    if (skip_without_bf16()) return;
-    PrecisionScope scope(Precision::BF16);
-    // Large enough that the products go through oneDNN (2^18 multiply-adds and more): 48 rows of d_model 64,
-    // FFN 256, 1500 target words.
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = 1500;
-    c.d_model = 64;
-    c.heads = 2;
-    c.ffn = 256;
-    c.enc_layers = c.dec_layers = 2;
-    c.max_len = 64;
-    tf::Transformer model(c, 11);
-    const std::int64_t B = 48, S = 12;
-    tf::Rng rng(12);
-    std::vector<std::int32_t> src;
-    for (std::int64_t b = 0; b < B; ++b)
-        for (std::int64_t s = 0; s < S; ++s)
-            src.push_back(s < 4 + b % 7 ? std::int32_t(3 + rng.below(1497)) : s == 4 + b % 7 ? 2 : 0);
-    std::size_t matrices = 0;
-    for (const tf::NamedTensor& p : model.parameters()) matrices += p.tensor.rank() == 2;
-    for (int beam : {1, 3}) {
-        INFO("beam " << beam);
-        tf::DecodeOptions o;
-        o.beam = beam;
-        const auto plain = tf::translate_batch_scored(model, src, B, S, o);
-        const tf::FrozenWeights frozen(model);
-        CHECK(frozen.size() == matrices);
-        const auto held = tf::translate_batch_scored(model, src, B, S, o);
-        REQUIRE(held.size() == plain.size());
-        for (std::int64_t b = 0; b < B; ++b) {
-            INFO("row " << b);
-            CHECK(held[b].tokens == plain[b].tokens);
-            CHECK(held[b].log_prob == plain[b].log_prob);
-        }
-    }
-    tf::set_precision(Precision::FP32);
-    CHECK(tf::FrozenWeights(model).size() == 0);  // fp32 products read the weights themselves
 }
 
 // ---- training and the CLI --------------------------------------------------------------------------------

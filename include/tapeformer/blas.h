@@ -5,8 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
-#include <vector>
+#include <utility>
 
 #include "tapeformer/config.h"
 
@@ -49,33 +50,44 @@ bool cpu_has_bf16();
 std::string set_precision(Precision p);
 Precision precision();
 
-// bf16 copies of matrices that do not change for a while — a model's weights while it decodes. While one
-// of these lives, a bf16 gemm whose B operand is a matrix added to it reads B from the copy, rounded once
-// by add(), instead of rounding the whole matrix again on every call: decoding multiplies the same weight
-// matrices by a few rows at every step, and rounded them more often than it multiplied them (the (8000,
-// 256) output projection by 64 rows, 20 times a batch). The results are the same bits as without it. The
-// matrices must not change while it lives; the caller (decode.h's FrozenWeights) makes sure of that. One
-// lives at a time (a second one throws std::logic_error); add() keeps nothing when the precision is fp32.
-class FrozenBf16 {
+// Matrices that do not change for a while — a model's weights while it decodes — packed once for the
+// products that read them. While one of these lives, a gemm C = α·A·Bᵀ + β·C whose B is one of the (N, K)
+// matrices added to it, or whole consecutive rows of one (the query rows of a fused Q, K, V weight), runs
+// as one oneDNN matmul on the calling thread, reading a copy of B packed (and in bf16 precision rounded)
+// at its first use, in the layout oneDNN's kernel reads. Decoding multiplies the same weights by a few rows
+// at every step, and sgemm packed (in bf16: rounded and packed) the whole weight again at every call: a
+// third of a decoding step (sgemm_incopy) in fp32; oneDNN's brgemm kernel on packed weights also runs
+// these thin products 1.3-1.7x faster than sgemm (AMD EPYC Zen 4, one core: 233 against 148 GFLOP/s at
+// 32 rows by the (8000, 256) output projection).
+// A held product is one single-threaded call whatever the thread count, so its results are the same on
+// any number of threads; they differ from sgemm's in the last bits (another kernel, another order of
+// sums), as oneDNN's bf16 products differ from sgemm's on the rounded operands. Decoding runs its groups of
+// sentences in parallel, one thread each (decode.cpp), so the products need no threads of their own.
+// The matrices must not change while it lives; the caller (decode.h's FrozenWeights) makes sure of that.
+// One lives at a time (a second one throws std::logic_error). The float64 build holds nothing.
+class FrozenMatrices {
 public:
-    FrozenBf16();
-    ~FrozenBf16();
-    FrozenBf16(const FrozenBf16&) = delete;
-    FrozenBf16& operator=(const FrozenBf16&) = delete;
+    FrozenMatrices();
+    ~FrozenMatrices();
+    FrozenMatrices(const FrozenMatrices&) = delete;
+    FrozenMatrices& operator=(const FrozenMatrices&) = delete;
 
     void add(const real* data, std::int64_t rows, std::int64_t cols);  // a dense (rows, cols) matrix
     std::size_t size() const { return matrices_.size(); }               // matrices held
 
-    // The copy of B, a (rows, cols) matrix with row stride ld, if B is one of the matrices held or some of
-    // its consecutive rows (the query rows of a fused Q, K, V weight); else null.
-    const std::uint16_t* find(const real* B, std::int64_t rows, std::int64_t cols, std::int64_t ld) const;
+    // Whether B, a (rows, cols) matrix with row stride ld, is one of the matrices held or some of its
+    // consecutive rows, whole.
+    bool holds(const real* B, std::int64_t rows, std::int64_t cols, std::int64_t ld) const;
+
+    // C (M, N) = α·A (M, K)·Bᵀ + β·C (row strides lda, ldc) if B (N, K) with row stride ldb is held; gemm
+    // calls it. Returns false, having done nothing, if B is not held or oneDNN has no kernel for the product.
+    bool multiply(std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A, std::int64_t lda,
+                  const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) const;
 
 private:
-    struct Matrix {
-        std::int64_t rows, cols;
-        std::vector<std::uint16_t> bf16;  // (rows, cols), dense
-    };
-    std::map<const real*, Matrix> matrices_;
+    struct Packed;  // blas.cpp: the packed copies, made at first use
+    std::map<const real*, std::pair<std::int64_t, std::int64_t>> matrices_;  // start -> (rows, cols)
+    std::unique_ptr<Packed> packed_;
 };
 
 void set_threads(int n);   // n <= 0: all cores
@@ -87,7 +99,8 @@ const char* blas_core();   // the kernel family OpenBLAS picked for this CPU ("S
 // the environment and starting the program again (once; an explicit setting by the user is kept):
 // - OMP_WAIT_POLICY=passive: by default idle OpenMP threads spin, which on a busy machine (more runnable
 //   threads than cores) made 2-thread training 15-20x slower than passive waiting (604 vs 11,767 target
-//   tokens/s on the toy preset at load 8); on an idle machine passive costs a few microseconds per region.
+//   tokens/s on the toy preset at load 8). On an idle machine passive costs more per parallel region (43 µs
+//   against 1 µs on these 2-core VMs): hence parallel.h's grain, and decoding's groups (decode.cpp).
 // - OPENBLAS_CORETYPE: OpenBLAS 0.3.21 does not recognise some newer CPUs (e.g. Sapphire Rapids Xeons)
 //   and falls back to its generic "Prescott" SSE3 kernels, 2.5-3x slower; with AVX-512 (AVX2) we ask
 //   for SkylakeX (Haswell).

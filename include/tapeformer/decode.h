@@ -43,17 +43,16 @@ std::int64_t max_output_length(std::int64_t n, const DecodeOptions& options, con
 // GNMT length penalty ((5 + len) / 6)^α (Wu et al. 2016, eq. 14).
 double length_penalty(std::int64_t len, double alpha);
 
-// The model's weight matrices held as bf16 copies (FrozenBf16, blas.h) for the decoding that follows: each
-// rounded once instead of at every product of every step. Only in bf16 precision (otherwise it holds
-// nothing); the weights must not change while it lives. translate, eval, validation and the benchmark hold
-// one around their loop over batches.
+// The model's weight matrices held packed (FrozenMatrices, blas.h) for the decoding that follows: each packed
+// (in bf16: rounded) once instead of at every product of every step. The weights must not change while it
+// lives. translate, eval, validation and the benchmark hold one around their loop over batches.
 class FrozenWeights {
 public:
     explicit FrozenWeights(const Transformer& model);
-    std::size_t size() const { return bf16_.size(); }  // matrices held
+    std::size_t size() const { return matrices_.size(); }  // matrices held
 
 private:
-    FrozenBf16 bf16_;
+    FrozenMatrices matrices_;
 };
 
 // Translates B source rows of S ids each (right-padded with pad), all at once, under NoGradGuard and in

@@ -264,7 +264,7 @@ void time_greedy(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     dopt.beam = 1;
     dopt.force_steps = int(T);
     const RandomBatch& b = run.batches[0];
-    const FrozenWeights frozen(run.model);          // bf16: the weights rounded once, like a translate run
+    const FrozenWeights frozen(run.model);          // the weights packed once, as translate does
     translate_batch(run.model, b.src, B, S, dopt);  // untimed
     std::vector<double> seconds;
     for (std::int64_t r = 0; r < o.eval_reps; ++r) {
