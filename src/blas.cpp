@@ -336,19 +336,27 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
             std::lock_guard<std::mutex> lock(packed.mutex);
             auto it = packed.copies.find({B, N, bf16});
             if (it == packed.copies.end()) {
-                // The layout oneDNN's kernel prefers for this product; B (N, K) is read as Bᵀ (K, N).
+                // The layout oneDNN's kernel prefers for B (N, K), read as Bᵀ (K, N), asked for a canonical
+                // product (32 dense rows, α = 1, β = 0), so that it depends on N, K and the precision only:
+                // the primitives below are keyed by those, not by the layout.
                 const dnnl::memory::desc any({K, N}, type, dnnl::memory::format_tag::any);
-                const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any, c_md), product_attr(alpha, beta),
-                                                      cpu_engine());
-                dnnl::memory plain({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
-                dnnl::memory copy(pd.weights_desc(), cpu_engine());
-                dnnl::reorder(plain, copy).execute(stream, plain, copy);  // f32 -> bf16 rounds to nearest even
-                stream.wait();
+                const dnnl::memory::desc a32({32, K}, type, dims{K, 1}), c32({32, N}, dt::f32, dims{N, 1});
+                const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a32, any, c32), cpu_engine());
+                // Only for oneDNN's brgemm kernels (AVX-512 CPUs): its gemm:jit fallback packs per call as
+                // sgemm does, and is no faster. An empty copy marks B as left to the usual path.
+                dnnl::memory copy;
+                if (std::string(pd.impl_info_str()).rfind("brg", 0) == 0) {
+                    dnnl::memory plain({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
+                    copy = dnnl::memory(pd.weights_desc(), cpu_engine());
+                    dnnl::reorder(plain, copy).execute(stream, plain, copy);  // f32 -> bf16 rounds to nearest even
+                    stream.wait();
+                }
                 it = packed.copies.emplace(std::make_tuple(B, N, bf16), copy).first;
             }
             weights = it->second;
         }
-        const Key key{M, N, K, lda, ldc, alpha, beta, bf16};
+        if (!weights) return false;
+        const Key key{M, N, K, a_ld, ldc, alpha, beta, bf16};  // with N, K and bf16, the layout of `weights`
         auto it = primitives.find(key);
         if (it == primitives.end()) {
             const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, weights.get_desc(), c_md),
@@ -375,7 +383,6 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     }
 #endif
 }
-
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
           std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {

@@ -2,6 +2,8 @@
 #pragma once
 #include <stdlib.h>
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -68,6 +70,17 @@ inline std::string shell_quote(const std::string& s) {
     std::string q = "'";
     for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
     return q + "'";
+}
+
+// x rounded to bf16 (to nearest, ties to even) and back: what a bf16 product multiplies (the tests of
+// --precision bf16 compare against gemm_reference on operands rounded this way).
+inline float round_bf16(float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    u = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
+    float y;
+    std::memcpy(&y, &u, sizeof y);
+    return y;
 }
 
 }  // namespace tf_test

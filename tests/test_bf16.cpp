@@ -44,15 +44,6 @@ std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
     return v;
 }
 
-// x rounded to bf16 (to nearest, ties to even) and back: what the bf16 product multiplies.
-float round_bf16(float x) {
-    std::uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    u = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
-    float y;
-    std::memcpy(&y, &u, sizeof y);
-    return y;
-}
 
 struct Product {
     bool ta, tb;
@@ -114,8 +105,8 @@ TEST_CASE("bf16 gemm matches an fp32 reference on the bf16-rounded operands", "[
         const std::vector<float> C = run_gemm(p, A, lda, B, ldb, C0, ldc);
 
         std::vector<float> A_r(A.size()), B_r(B.size()), C_ref = C0;
-        std::transform(A.begin(), A.end(), A_r.begin(), round_bf16);
-        std::transform(B.begin(), B.end(), B_r.begin(), round_bf16);
+        std::transform(A.begin(), A.end(), A_r.begin(), tf_test::round_bf16);
+        std::transform(B.begin(), B.end(), B_r.begin(), tf_test::round_bf16);
         // Products of two bf16 values are exact in fp32; the sums are not, so the tolerance scales with K.
         tf::gemm_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A_r.data(), lda, B_r.data(), ldb, p.beta, C_ref.data(), ldc);
         double worst = 0;

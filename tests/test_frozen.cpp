@@ -16,6 +16,7 @@
 #include "tapeformer/blas.h"
 #include "tapeformer/decode.h"
 #include "tapeformer/random.h"
+#include "helpers.h"
 
 using tf::Precision;
 
@@ -44,14 +45,6 @@ std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
     return v;
 }
 
-float round_bf16(float x) {  // to nearest, ties to even, and back
-    std::uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    u = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
-    float y;
-    std::memcpy(&y, &u, sizeof y);
-    return y;
-}
 
 // Decoding's weights: a square one, an FFN pair, the output projection, a fused (3C, C) Q, K, V weight.
 struct Weights {
@@ -126,8 +119,8 @@ TEST_CASE("frozen matrices: a held product computes the product, fp32 and bf16, 
             // The reference on what the product multiplies: the operands themselves, or rounded to bf16.
             std::vector<float> A = o.A, B(u.B, u.B + u.N * u.K), ref = o.C0;
             if (p == Precision::BF16) {
-                std::transform(A.begin(), A.end(), A.begin(), round_bf16);
-                std::transform(B.begin(), B.end(), B.begin(), round_bf16);
+                std::transform(A.begin(), A.end(), A.begin(), tf_test::round_bf16);
+                std::transform(B.begin(), B.end(), B.begin(), tf_test::round_bf16);
             }
             tf::gemm_reference(false, true, u.M, u.N, u.K, u.alpha, A.data(), o.lda, B.data(), u.K, u.beta, ref.data(), o.ldc);
             double worst = 0;

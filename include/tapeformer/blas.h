@@ -54,11 +54,12 @@ Precision precision();
 // products that read them. While one of these lives, a gemm C = α·A·Bᵀ + β·C whose B is one of the (N, K)
 // matrices added to it, or whole consecutive rows of one (the query rows of a fused Q, K, V weight), runs
 // as one oneDNN matmul on the calling thread, reading a copy of B packed (and in bf16 precision rounded)
-// at its first use, in the layout oneDNN's kernel reads. Decoding multiplies the same weights by a few rows
+// at its first use, in the layout oneDNN's brgemm kernel reads — where oneDNN has one for the product (CPUs
+// with AVX-512); elsewhere gemm takes its usual path. Decoding multiplies the same weights by a few rows
 // at every step, and sgemm packed (in bf16: rounded and packed) the whole weight again at every call: a
 // third of a decoding step (sgemm_incopy) in fp32; oneDNN's brgemm kernel on packed weights also runs
-// these thin products 1.3-1.7x faster than sgemm (AMD EPYC Zen 4, one core: 233 against 148 GFLOP/s at
-// 32 rows by the (8000, 256) output projection).
+// these thin products faster than sgemm (AMD EPYC Zen 4, one core, bench_decode_products: 237 against 99
+// GFLOP/s at 32 rows by the (8000, 256) output projection with OpenBLAS's Haswell kernels, 148 with SkylakeX's).
 // A held product is one single-threaded call whatever the thread count, so its results are the same on
 // any number of threads; they differ from sgemm's in the last bits (another kernel, another order of
 // sums), as oneDNN's bf16 products differ from sgemm's on the rounded operands. Decoding runs its groups of
