@@ -46,7 +46,8 @@ TF_NAMESPACE_BEGIN
 // ---- gemm: one product split into tiles of C -------------------------------------------------------------
 // Every product is split here, into tiles of C whose sizes depend on the product's shape only — never on
 // the thread count — and the tiles are shared out among OpenMP's threads, each tile one single-threaded
-// BLAS call over the whole inner dimension. (OpenBLAS's OpenMP build runs single-threaded inside a parallel
+// BLAS call over the whole inner dimension: sgemm for small products, oneDNN's matmul for the others where
+// it has AVX-512 kernels (fp32_tiles_to_onednn below). (OpenBLAS's OpenMP build runs single-threaded inside a parallel
 // region, and outside one for products below kSmallProduct; larger products always run inside one.) So
 // each element of C is computed by the same kernel call, summing the same numbers in the same order, on
 // 1, 2 or 16 threads: results are bit-identical whatever the thread count. (OpenBLAS's own threading
@@ -155,39 +156,54 @@ dnnl::primitive_attr product_attr(float alpha, float beta) {
     return attr;
 }
 
-// One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 with row strides lda, ldb as stored.
+// One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 (or fp32) with row strides lda, ldb
+// as stored.
 using TileKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::int64_t, float, float>;
+                           std::int64_t, float, float, bool>;  // ta, tb, m, n, K, lda, ldb, ldc, α, β, bf16
+
+dnnl::memory::desc operand_desc(bool transposed, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool bf16) {
+    using dt = dnnl::memory::data_type;
+    return {{rows, cols}, bf16 ? dt::bf16 : dt::f32, transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1}};
+}
 
 dnnl::matmul make_tile_primitive(const TileKey& key) {
-    using dt = dnnl::memory::data_type;
-    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta] = key;
-    const dnnl::memory::desc a_md({m, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
-    const dnnl::memory::desc b_md({K, n}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-    const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), product_attr(alpha, beta), cpu_engine());
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16] = key;
+    const dnnl::memory::desc c_md({m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(operand_desc(ta, m, K, lda, bf16), operand_desc(tb, K, n, ldb, bf16), c_md),
+        product_attr(alpha, beta), cpu_engine());
     if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
-        std::fprintf(stderr, "bf16 tile %c%c m=%lld n=%lld K=%lld: %s\n", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
-                     (long long)n, (long long)K, pd.impl_info_str());
+        std::fprintf(stderr, "%s tile %c%c m=%lld n=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", ta ? 'T' : 'N',
+                     tb ? 'T' : 'N', (long long)m, (long long)n, (long long)K, pd.impl_info_str());
     return dnnl::matmul(pd);
 }
 
-[[maybe_unused]] void bf16_tile(const TileKey& key, const bf16_t* A, const bf16_t* B, float* C) {
+[[maybe_unused]] void onednn_tile(const TileKey& key, const void* A, const void* B, float* C) {
     // Each thread keeps its own primitives and stream: no locks, and no primitive runs on two threads at once.
     thread_local std::map<TileKey, dnnl::matmul> primitives;
     thread_local dnnl::stream stream(cpu_engine());
     OneThread one_thread;
     auto it = primitives.find(key);
     if (it == primitives.end()) it = primitives.emplace(key, make_tile_primitive(key)).first;
-    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta] = key;
-    using dt = dnnl::memory::data_type;
-    const dnnl::memory a({{m, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1}}, cpu_engine(),
-                         const_cast<bf16_t*>(A));
-    const dnnl::memory b({{K, n}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1}}, cpu_engine(),
-                         const_cast<bf16_t*>(B));
-    const dnnl::memory c({{m, n}, dt::f32, dnnl::memory::dims{ldc, 1}}, cpu_engine(), C);
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16] = key;
+    const dnnl::memory a(operand_desc(ta, m, K, lda, bf16), cpu_engine(), const_cast<void*>(A));
+    const dnnl::memory b(operand_desc(tb, K, n, ldb, bf16), cpu_engine(), const_cast<void*>(B));
+    const dnnl::memory c({{m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1}}, cpu_engine(), C);
     it->second.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     stream.wait();
+}
+
+// Whether fp32 tiles go to oneDNN rather than sgemm: where oneDNN has AVX-512 kernels. On the AMD EPYCs of
+// these machines the environment sets OPENBLAS_CORETYPE=Haswell, and OpenBLAS's Haswell sgemm (AVX2) made a
+// training step 1.6x slower than oneDNN's (328-349 against 212 ms, Zen 4, 2 threads); with OpenBLAS's
+// SkylakeX kernels the two are as fast (204-213 against 212-213 ms).
+[[maybe_unused]] bool fp32_tiles_to_onednn() {
+    static const bool yes = [] {
+        const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+        const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+        return (isa & avx512) == avx512;
+    }();
+    return yes;
 }
 
 }  // namespace
@@ -260,7 +276,7 @@ static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int
         const std::int64_t m = std::min(t.rows, M - m0), n = std::min(t.cols, N - n0);
         const bf16_t* Ai = ta ? A16 + m0 : A16 + m0 * a_cols;
         const bf16_t* Bi = tb ? B16 + n0 * b_cols : B16 + n0;
-        bf16_tile(TileKey{ta, tb, m, n, K, a_cols, b_cols, ldc, alpha, beta}, Ai, Bi, C + m0 * ldc + n0);
+        onednn_tile(TileKey{ta, tb, m, n, K, a_cols, b_cols, ldc, alpha, beta, true}, Ai, Bi, C + m0 * ldc + n0);
     };
     if (M * N * K < kSmallProduct || omp_in_parallel()) {
         for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
@@ -407,6 +423,10 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
         const std::int64_t m = std::min(t.rows, M - m0), n = std::min(t.cols, N - n0);
         const real* Ai = ta ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): columns of A when stored transposed
         const real* Bi = tb ? B + n0 * ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
+#ifndef TAPEFORMER_F64
+        if (M * N * K >= kSmallProduct && fp32_tiles_to_onednn())
+            return onednn_tile(TileKey{ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, false}, Ai, Bi, C + m0 * ldc + n0);
+#endif
         gemm_impl(ta, tb, m, n, K, alpha, Ai, lda, Bi, ldb, beta, C + m0 * ldc + n0, ldc);
     };
     // A small product (one tile), or one inside another parallel region (attention's many small products):
