@@ -144,9 +144,11 @@ const dnnl::engine& cpu_engine() {
     return engine;
 }
 
-// α as an output scale, β as a sum post-op.
+// α as an output scale, β as a sum post-op; the scratch space from the caller (run_product), so that the
+// primitives of a thread share one buffer instead of holding one each.
 dnnl::primitive_attr product_attr(float alpha, float beta) {
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
         dnnl::post_ops ops;
@@ -154,6 +156,26 @@ dnnl::primitive_attr product_attr(float alpha, float beta) {
         attr.set_post_ops(ops);
     }
     return attr;
+}
+
+// A matmul made with product_attr and the scratch space it needs.
+struct Product {
+    dnnl::matmul matmul;
+    std::size_t scratch_bytes;
+};
+
+Product make_product(const dnnl::matmul::primitive_desc& pd) { return {dnnl::matmul(pd), pd.scratchpad_desc().get_size()}; }
+
+// Runs it on this thread's stream, with this thread's scratch buffer.
+void run_product(const Product& product, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c) {
+    thread_local dnnl::stream stream(cpu_engine());
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < product.scratch_bytes) scratch.resize(product.scratch_bytes);
+    const dnnl::memory scratch_mem({{std::int64_t(product.scratch_bytes)}, dnnl::memory::data_type::u8, dnnl::memory::dims{1}},
+                                   cpu_engine(), scratch.data());
+    product.matmul.execute(stream,
+                           {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+    stream.wait();
 }
 
 // One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 (or fp32) with row strides lda, ldb
@@ -166,7 +188,7 @@ dnnl::memory::desc operand_desc(bool transposed, std::int64_t rows, std::int64_t
     return {{rows, cols}, bf16 ? dt::bf16 : dt::f32, transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1}};
 }
 
-dnnl::matmul make_tile_primitive(const TileKey& key) {
+Product make_tile_primitive(const TileKey& key) {
     const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16] = key;
     const dnnl::memory::desc c_md({m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
     const dnnl::matmul::primitive_desc pd(
@@ -175,13 +197,12 @@ dnnl::matmul make_tile_primitive(const TileKey& key) {
     if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
         std::fprintf(stderr, "%s tile %c%c m=%lld n=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", ta ? 'T' : 'N',
                      tb ? 'T' : 'N', (long long)m, (long long)n, (long long)K, pd.impl_info_str());
-    return dnnl::matmul(pd);
+    return make_product(pd);
 }
 
 [[maybe_unused]] void onednn_tile(const TileKey& key, const void* A, const void* B, float* C) {
     // Each thread keeps its own primitives and stream: no locks, and no primitive runs on two threads at once.
-    thread_local std::map<TileKey, dnnl::matmul> primitives;
-    thread_local dnnl::stream stream(cpu_engine());
+    thread_local std::map<TileKey, Product> primitives;
     OneThread one_thread;
     auto it = primitives.find(key);
     if (it == primitives.end()) it = primitives.emplace(key, make_tile_primitive(key)).first;
@@ -189,8 +210,7 @@ dnnl::matmul make_tile_primitive(const TileKey& key) {
     const dnnl::memory a(operand_desc(ta, m, K, lda, bf16), cpu_engine(), const_cast<void*>(A));
     const dnnl::memory b(operand_desc(tb, K, n, ldb, bf16), cpu_engine(), const_cast<void*>(B));
     const dnnl::memory c({{m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1}}, cpu_engine(), C);
-    it->second.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-    stream.wait();
+    run_product(it->second, a, b, c);
 }
 
 // Whether fp32 tiles go to oneDNN rather than sgemm: where oneDNN has AVX-512 kernels. On the AMD EPYCs of
@@ -343,7 +363,7 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     const dnnl::memory::desc a_md({M, K}, type, dims{a_ld, 1});
     const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
     using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float, bool>;
-    thread_local std::map<Key, dnnl::matmul> primitives;  // per thread: no primitive runs on two at once
+    thread_local std::map<Key, Product> primitives;  // per thread: no primitive runs on two at once
     thread_local dnnl::stream stream(cpu_engine());
     try {
         OneThread one_thread;  // oneDNN neither splits the product nor opens a region of its own
@@ -380,7 +400,7 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
             if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
                 std::fprintf(stderr, "held %s product M=%lld N=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", (long long)M,
                              (long long)N, (long long)K, pd.impl_info_str());
-            it = primitives.emplace(key, dnnl::matmul(pd)).first;
+            it = primitives.emplace(key, make_product(pd)).first;
         }
         thread_local std::vector<bf16_t> a16;
         const void* a = A;
@@ -391,8 +411,7 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
         }
         const dnnl::memory a_mem(a_md, cpu_engine(), const_cast<void*>(a));
         const dnnl::memory c_mem(c_md, cpu_engine(), C);
-        it->second.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c_mem}});
-        stream.wait();
+        run_product(it->second, a_mem, weights, c_mem);
         return true;
     } catch (const dnnl::error&) {
         return false;
