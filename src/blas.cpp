@@ -47,7 +47,7 @@ TF_NAMESPACE_BEGIN
 // Every product is split here, into tiles of C whose sizes depend on the product's shape only — never on
 // the thread count — and the tiles are shared out among OpenMP's threads, each tile one single-threaded
 // BLAS call over the whole inner dimension: sgemm for small products, oneDNN's matmul for the others where
-// it has AVX-512 kernels (fp32_tiles_to_onednn below). (OpenBLAS's OpenMP build runs single-threaded inside a parallel
+// it has AVX-512 kernels (cpu_has_avx512 below). (OpenBLAS's OpenMP build runs single-threaded inside a parallel
 // region, and outside one for products below kSmallProduct; larger products always run inside one.) So
 // each element of C is computed by the same kernel call, summing the same numbers in the same order, on
 // 1, 2 or 16 threads: results are bit-identical whatever the thread count. (OpenBLAS's own threading
@@ -213,11 +213,13 @@ Product make_tile_primitive(const TileKey& key) {
     run_product(it->second, a, b, c);
 }
 
-// Whether fp32 tiles go to oneDNN rather than sgemm: where oneDNN has AVX-512 kernels. On the AMD EPYCs of
-// these machines the environment sets OPENBLAS_CORETYPE=Haswell, and OpenBLAS's Haswell sgemm (AVX2) made a
-// training step 1.6x slower than oneDNN's (328-349 against 212 ms, Zen 4, 2 threads); with OpenBLAS's
-// SkylakeX kernels the two are as fast (204-213 against 212-213 ms).
-[[maybe_unused]] bool fp32_tiles_to_onednn() {
+}  // namespace
+
+// fp32 tiles go to oneDNN rather than sgemm where it has AVX-512 kernels. On the AMD EPYCs of these machines
+// the environment sets OPENBLAS_CORETYPE=Haswell, and OpenBLAS's Haswell sgemm (AVX2) made a training step
+// 1.6x slower than oneDNN's (328-349 against 212 ms, Zen 4, 2 threads); with OpenBLAS's SkylakeX kernels the
+// two are as fast (204-213 against 212-213 ms).
+bool cpu_has_avx512() {
     static const bool yes = [] {
         const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
         const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
@@ -225,6 +227,8 @@ Product make_tile_primitive(const TileKey& key) {
     }();
     return yes;
 }
+
+namespace {
 
 }  // namespace
 
@@ -353,7 +357,7 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
     return false;
 #else
-    if (!holds(B, N, K, ldb)) return false;
+    if (!cpu_has_avx512() || !holds(B, N, K, ldb)) return false;
     Packed& packed = *packed_;
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
@@ -443,7 +447,7 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
         const real* Ai = ta ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): columns of A when stored transposed
         const real* Bi = tb ? B + n0 * ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
 #ifndef TAPEFORMER_F64
-        if (M * N * K >= kSmallProduct && fp32_tiles_to_onednn())
+        if (M * N * K >= kSmallProduct && cpu_has_avx512())
             return onednn_tile(TileKey{ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, false}, Ai, Bi, C + m0 * ldc + n0);
 #endif
         gemm_impl(ta, tb, m, n, K, alpha, Ai, lda, Bi, ldb, beta, C + m0 * ldc + n0, ldc);

@@ -452,7 +452,10 @@ template <class Search>
 std::vector<Translation> translate_with(Transformer& model, const std::vector<std::int32_t>& src, std::int64_t B,
                                         std::int64_t S, const DecodeOptions& options, Search search) {
     plan_output_lengths(model, src, B, S, options);  // checks the batch and the options before any work
-    const std::int64_t per_group = std::max<std::int64_t>(1, kGroupRows / std::max(1, options.beam));
+    // Without AVX-512 the weights are not held packed (FrozenMatrices), sgemm packs them at every product,
+    // and every group would pack them again: one group then, threaded op by op as before.
+    const std::int64_t per_group =
+        cpu_has_avx512() ? std::max<std::int64_t>(1, kGroupRows / std::max(1, options.beam)) : std::max<std::int64_t>(B, 1);
     const std::int64_t groups = (B + per_group - 1) / per_group;
     if (groups <= 1) return translate_group(model, src, B, S, options, search);
     std::vector<std::vector<Translation>> parts(groups);

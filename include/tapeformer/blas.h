@@ -45,6 +45,10 @@ const char* precision_name(Precision p);              // "fp32", "bf16"
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE hides it).
 bool cpu_has_bf16();
 
+// Whether oneDNN has AVX-512 kernels on this CPU, as it sees it (ONEDNN_MAX_CPU_ISA=AVX2 hides them): there,
+// gemm's large fp32 products and the products over held weights (FrozenMatrices) run through oneDNN.
+bool cpu_has_avx512();
+
 // Sets the precision of every later gemm in this process. BF16 on a CPU without bf16 instructions sets
 // FP32 instead and returns one line saying so (for the user); otherwise returns "".
 std::string set_precision(Precision p);

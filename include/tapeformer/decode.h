@@ -55,8 +55,10 @@ private:
     FrozenMatrices matrices_;
 };
 
-// Translates B source rows of S ids each (right-padded with pad), all at once, under NoGradGuard and in
-// evaluation mode. Row b of the result is the translation of source row b. Pad and BOS are never generated.
+// Translates B source rows of S ids each (right-padded with pad), under NoGradGuard and in evaluation mode,
+// in groups of 32 decoder rows (32 / K sentences for beam K) decoded in parallel, one thread each; the
+// groups depend on B and K only, so the result does not depend on the thread count. Row b of the result is
+// the translation of source row b. Pad and BOS are never generated.
 //
 // beam == 1 (greedy): each row takes the most probable next token until it generates EOS or reaches its
 // cap; finished rows leave the batch, and decoding stops when none is left.
