@@ -228,10 +228,6 @@ bool cpu_has_avx512() {
     return yes;
 }
 
-namespace {
-
-}  // namespace
-
 Precision parse_precision(const std::string& text) {
     if (text == "fp32") return Precision::FP32;
     if (text == "bf16") return Precision::BF16;
