@@ -139,6 +139,13 @@ struct OneThread {
     ~OneThread() { omp_set_num_threads(saved); }
 };
 
+// Whether the instruction set oneDNN uses here (ONEDNN_MAX_CPU_ISA can lower it) includes `wanted`: each
+// cpu_isa value contains the bits of those it extends.
+bool onednn_isa_has(dnnl::cpu_isa wanted) {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), bits = static_cast<unsigned>(wanted);
+    return (isa & bits) == bits;
+}
+
 const dnnl::engine& cpu_engine() {
     static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     return engine;
@@ -220,11 +227,7 @@ Product make_tile_primitive(const TileKey& key) {
 // 1.6x slower than oneDNN's (328-349 against 212 ms, Zen 4, 2 threads); with OpenBLAS's SkylakeX kernels the
 // two are as fast (204-213 against 212-213 ms).
 bool cpu_has_avx512() {
-    static const bool yes = [] {
-        const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-        const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-        return (isa & avx512) == avx512;
-    }();
+    static const bool yes = onednn_isa_has(dnnl::cpu_isa::avx512_core);
     return yes;
 }
 
@@ -236,11 +239,7 @@ Precision parse_precision(const std::string& text) {
 
 const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
 
-bool cpu_has_bf16() {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);  // AMX's value contains its bits
-    return (isa & bf16) == bf16;
-}
+bool cpu_has_bf16() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_bf16); }  // AMX's value contains its bits
 
 std::string set_precision(Precision p) {
     if (p == Precision::BF16 && !cpu_has_bf16()) {

@@ -63,7 +63,7 @@ Precision precision();
 // at every step, and sgemm packed (in bf16: rounded and packed) the whole weight again at every call: a
 // third of a decoding step (sgemm_incopy) in fp32; oneDNN's brgemm kernel on packed weights also runs
 // these thin products faster than sgemm (AMD EPYC Zen 4, one core, bench_decode_products: 237 against 99
-// GFLOP/s at 32 rows by the (8000, 256) output projection with OpenBLAS's Haswell kernels, 148 with SkylakeX's).
+// GFLOP/s at 32 rows by the (8000, 256) output projection with OpenBLAS's Haswell kernels, 146 with SkylakeX's).
 // A held product is one single-threaded call whatever the thread count, so its results are the same on
 // any number of threads; they differ from sgemm's in the last bits (another kernel, another order of
 // sums), as oneDNN's bf16 products differ from sgemm's on the rounded operands. Decoding runs its groups of
