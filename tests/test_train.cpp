@@ -787,6 +787,60 @@ TEST_CASE("train: after SIGKILL, --resume continues from the last complete check
     for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].at("step") == static_cast<std::int64_t>(i + 1));
 }
 
+// Which of process `pid`'s threads take SIGINT or SIGTERM (do not block both): their names, from /proc.
+std::vector<std::string> threads_taking_interrupts(pid_t pid) {
+    const std::uint64_t interrupts = (std::uint64_t(1) << (SIGINT - 1)) | (std::uint64_t(1) << (SIGTERM - 1));
+    std::vector<std::string> names;
+    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+        std::string name;
+        std::uint64_t blocked = 0;
+        for (const std::string& line : split_lines(read_all(task.path() / "status"))) {
+            if (line.rfind("Name:", 0) == 0) name = line.substr(line.find_first_not_of(" \t", 5));
+            if (line.rfind("SigBlk:", 0) == 0) blocked = std::stoull(line.substr(7), nullptr, 16);
+        }
+        if ((blocked & interrupts) != interrupts) names.push_back(name);
+    }
+    return names;
+}
+
+// oneDNN 2.x's JIT sgemm runs with the stack pointer in a heap buffer: a signal handler run on a computing
+// thread wrote its frame there, and one SIGTERM in ten (in release builds) ended in heap corruption.
+TEST_CASE("train: SIGINT and SIGTERM reach only the run's signal thread, never a thread that computes", "[train]") {
+    Corpus corpus(100);
+    TempDir tmp;
+    const std::string out = tmp / "run";
+    std::vector<std::string> args = endless_train_args(corpus, out, {});
+    *(std::find(args.begin(), args.end(), "--threads") + 1) = "2";
+    Child child(args, tmp / "child.stderr");
+    wait_for_steps(out, 2);
+    const fs::directory_iterator tasks("/proc/" + std::to_string(child.pid) + "/task");
+    CHECK(std::distance(fs::begin(tasks), fs::end(tasks)) >= 3);  // the main thread, OpenMP's second one, the signal thread
+    const std::vector<std::string> takers = threads_taking_interrupts(child.pid);
+    CHECK(takers == std::vector<std::string>{"tf-signals"});
+    REQUIRE(::kill(child.pid, SIGTERM) == 0);
+    CHECK(child.wait_exit(std::chrono::seconds(60)) == 130);
+}
+
+TEST_CASE("train: after a run, the calling thread and its OpenMP threads take SIGINT and SIGTERM again", "[train]") {
+    Corpus corpus(100);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.threads = 2;
+    train_quietly(c);
+    sigset_t interrupts;
+    sigemptyset(&interrupts);
+    sigaddset(&interrupts, SIGINT);
+    sigaddset(&interrupts, SIGTERM);
+    int blocked = 0;
+#pragma omp parallel num_threads(2) reduction(+ : blocked)
+    {
+        sigset_t mine;
+        pthread_sigmask(SIG_BLOCK, nullptr, &mine);
+        blocked += sigismember(&mine, SIGINT) + sigismember(&mine, SIGTERM);
+    }
+    CHECK(blocked == 0);
+}
+
 // ---- 6. checkpoint rotation ------------------------------------------------------------------------------
 
 TEST_CASE("train: --keep 2 keeps the two newest step checkpoints and lists them in state.json", "[train]") {

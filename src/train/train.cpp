@@ -2,6 +2,7 @@
 #include "tapeformer/train.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -18,9 +20,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
@@ -110,18 +114,64 @@ extern "C" void on_signal(int sig) {
     (void)ignored;
 }
 
-struct SignalScope {
-    using Handler = void (*)(int);
-    Handler old_int, old_term;
-    SignalScope() {
+// Installs on_signal for the run, and makes sure it never runs on a thread that computes. oneDNN 2.x's JIT
+// sgemm (jit_avx512_common_gemm_f32, behind some fp32 matmuls) points the stack pointer into a heap buffer
+// while it runs, so a handler run on that thread writes its frame into the heap (oneDNN issue #4845, fixed
+// in 3.x; Debian 12 has 2.6.3): one SIGTERM in ten during a toy training run ended in "corrupted size vs.
+// prev_size" or a segfault. So the calling thread and every thread of its OpenMP team block SIGINT and
+// SIGTERM (threads they start inherit that), and one thread that only waits, "tf-signals", takes them.
+class SignalScope {
+public:
+    explicit SignalScope(int threads) : threads_(threads) {
         g_signal.store(0);
-        old_int = std::signal(SIGINT, on_signal);
-        old_term = std::signal(SIGTERM, on_signal);
+        const sigset_t interrupts = interrupt_signals();
+        pthread_sigmask(SIG_BLOCK, &interrupts, &caller_mask_);
+#pragma omp parallel num_threads(threads_)
+        pthread_sigmask(SIG_BLOCK, &interrupts, nullptr);
+        old_int_ = std::signal(SIGINT, on_signal);
+        old_term_ = std::signal(SIGTERM, on_signal);
+        receiver_ = std::thread([this] {
+            pthread_setname_np(pthread_self(), "tf-signals");
+            const sigset_t mine = interrupt_signals();
+            pthread_sigmask(SIG_UNBLOCK, &mine, nullptr);
+            std::unique_lock<std::mutex> lock(mutex_);
+            done_.wait(lock, [this] { return finished_; });
+            pthread_sigmask(SIG_BLOCK, &mine, nullptr);  // one that comes now waits for the old handler
+        });
     }
     ~SignalScope() {
-        std::signal(SIGINT, old_int);
-        std::signal(SIGTERM, old_term);
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            finished_ = true;
+        }
+        done_.notify_one();
+        receiver_.join();
+        std::signal(SIGINT, old_int_);
+        std::signal(SIGTERM, old_term_);
+        const sigset_t interrupts = interrupt_signals();
+#pragma omp parallel num_threads(threads_)
+        pthread_sigmask(SIG_UNBLOCK, &interrupts, nullptr);
+        pthread_sigmask(SIG_SETMASK, &caller_mask_, nullptr);  // a signal held back meanwhile arrives here
     }
+    SignalScope(const SignalScope&) = delete;
+    SignalScope& operator=(const SignalScope&) = delete;
+
+private:
+    static sigset_t interrupt_signals() {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        return set;
+    }
+    int threads_;
+    sigset_t caller_mask_;
+    void (*old_int_)(int) = SIG_DFL;
+    void (*old_term_)(int) = SIG_DFL;
+    std::mutex mutex_;
+    std::condition_variable done_;
+    bool finished_ = false;
+    std::thread receiver_;
 };
 
 // ---- small helpers ---------------------------------------------------------------------------------------
@@ -903,8 +953,8 @@ void Trainer::checkpoint() {
 }
 
 TrainResult Trainer::run() {
-    SignalScope signals;  // from the start: reading data and training a tokenizer can take minutes
     set_threads(c_.threads);
+    SignalScope signals(num_threads());  // from the start: reading data and training a tokenizer can take minutes
     prepare_directory();
     // The run's precision (its own on --resume), for this run only.
     struct RestoreFp32 {
