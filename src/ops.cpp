@@ -1092,7 +1092,7 @@ Tensor embedding(const Tensor& table, const std::vector<std::int32_t>& ids, cons
 // ---- cross_entropy ------------------------------------------------------------------------------------------------
 
 Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t ignore_index,
-                     real eps, CrossEntropyStats* stats) {
+                     real eps, CrossEntropyStats* stats, bool consume_logits) {
     require_defined("cross_entropy", logits, "logits");
     if (logits.rank() != 2) fail("cross_entropy", "logits must be (N, V), got " + logits.shape().str());
     const std::int64_t N = logits.size(0), V = logits.size(1);
@@ -1137,11 +1137,15 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
     }
     Tensor out = Tensor::scalar(count ? real(loss_sum / double(count)) : real(0));
     if (!needs_grad({&logits}) || count == 0) return out;
-    return record("cross_entropy", out, {logits}, [target, ignore_index, eps, N, V, count, lse](Tensor& y, std::vector<Tensor>& in) {
+    return record("cross_entropy", out, {logits}, [target, ignore_index, eps, N, V, count, lse, consume_logits](
+                                                       Tensor& y, std::vector<Tensor>& in) {
         // ∂loss/∂x_ij = (p_ij − (1−ε)·[j = t_i] − ε/V) / n   for counted rows, 0 for ignored ones.
         const real g = y.grad()[0] / real(count);
-        const real *x = in[0].data(), *l = lse.data();
-        const GradTarget dx = in[0].grad_target();
+        const real* l = lse.data();
+        const real* x = in[0].data();
+        GradTarget dx = consume_logits ? in[0].grad_over_value() : GradTarget{nullptr, false};
+        const bool in_place = dx.data != nullptr;  // then dx.data is x: each value is read, then overwritten
+        if (!in_place) dx = in[0].grad_target();
         const real off = eps / real(V), on = real(1) - eps + off;
 #pragma omp parallel for schedule(static) if (N * V >= kParallelGrain)
         for (std::int64_t i = 0; i < N; ++i) {
@@ -1152,7 +1156,9 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
             }
             const real *xr = x + i * V;
             const real lse_i = l[i];
-            if (dx.overwrite)
+            if (in_place)  // one pointer: the loop vectorises without an overlap check
+                for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(dr[j] - lse_i) - off);
+            else if (dx.overwrite)
                 for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(xr[j] - lse_i) - off);
             else
                 for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - lse_i) - off);

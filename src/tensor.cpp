@@ -126,6 +126,17 @@ GradTarget Tensor::grad_target() {
     return {s.grad, true};
 }
 
+GradTarget Tensor::grad_over_value() {
+    Storage& s = *storage_;
+    const bool whole = offset_ == 0 && static_cast<std::size_t>(numel()) == s.size;
+    if (!whole || s.is_leaf || (s.grad && !s.grad_stale) || storage_.use_count() > 2) return {nullptr, false};
+    pool_free(s.grad);
+    s.grad = s.data;
+    s.data = nullptr;
+    s.grad_stale = false;
+    return {s.grad, true};
+}
+
 std::vector<real> Tensor::grad_vector() const {
     if (!has_grad()) return std::vector<real>(numel(), real(0));
     const real* g = grad();

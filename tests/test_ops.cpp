@@ -14,6 +14,7 @@
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
 #include "tapeformer/ops.h"
+#include "tapeformer/pool.h"
 
 using tf::real;
 using tf::Shape;
@@ -547,6 +548,81 @@ TEST_CASE("ops: cross_entropy gradient is (p − smoothed one-hot)/n and zero on
     tf::backward(loss);
     // one counted row: dx_j = p_j − ε/V − (1−ε)[j = t] = 0.25 − 0.05 − 0.8 [j = 1]
     check_close(logits.grad_vector(), {0.2, -0.6, 0.2, 0.2, 0, 0, 0, 0});
+}
+
+namespace {
+
+// x (N, C) · W (V, C)ᵀ + b into cross_entropy, as a model's output layer feeds its loss; values fixed by `seed`.
+struct OutputLayer {
+    Tensor x, w, b;
+    std::vector<std::int32_t> target;
+    explicit OutputLayer(std::int64_t N, std::int64_t C, std::int64_t V) {
+        tf::Rng rng(7);
+        auto fill = [&](Tensor t) {
+            for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = real(2 * rng.uniform() - 1);
+            return t.set_requires_grad();
+        };
+        x = fill(Tensor::empty({N, C}));
+        w = fill(Tensor::empty({V, C}));
+        b = fill(Tensor::empty({V}));
+        for (std::int64_t i = 0; i < N; ++i) target.push_back(i % 5 == 4 ? -1 : static_cast<std::int32_t>((i * 7) % V));
+    }
+    // The loss's gradients of x, W and b after one backward.
+    std::vector<std::vector<real>> gradients(bool consume) {
+        for (Tensor* t : {&x, &w, &b}) t->release_grad();
+        Tensor loss = tf::cross_entropy(tf::affine(x, w, b), target, -1, real(0.1), nullptr, consume);
+        tf::backward(loss);
+        return {x.grad_vector(), w.grad_vector(), b.grad_vector()};
+    }
+};
+
+}  // namespace
+
+TEST_CASE("ops: cross_entropy with consume_logits gives the same gradients bit for bit, one (N, V) buffer less",
+          "[ops]") {
+    tf::tape().clear();
+    const std::int64_t N = 96, C = 16, V = 512;
+    OutputLayer layer(N, C, V);
+    const auto plain = layer.gradients(false);
+    auto peak_of = [&](bool consume) {
+        tf::pool_reset_peak();
+        const std::size_t before = tf::pool_stats().bytes_in_use;
+        layer.gradients(consume);
+        return tf::pool_stats().peak_bytes_in_use - before;
+    };
+    CHECK(layer.gradients(true) == plain);
+    const std::size_t with_buffer = peak_of(false), over_logits = peak_of(true);
+    INFO("peak above the start: " << with_buffer << " bytes without, " << over_logits << " with consume_logits");
+    CHECK(with_buffer - over_logits >= std::size_t(N * V) * sizeof(real));
+}
+
+TEST_CASE("ops: cross_entropy with consume_logits leaves logits alone that anything else can still read", "[ops]") {
+    tf::tape().clear();
+    OutputLayer layer(12, 4, 10);
+    SECTION("the caller holds them") {
+        Tensor logits = tf::affine(layer.x, layer.w, layer.b);
+        const std::vector<real> values = logits.to_vector();
+        Tensor loss = tf::cross_entropy(logits, layer.target, -1, real(0.1), nullptr, true);
+        tf::backward(loss);
+        CHECK(logits.to_vector() == values);
+    }
+    SECTION("another op uses them") {
+        Tensor logits = tf::affine(layer.x, layer.w, layer.b);
+        const std::vector<real> values = logits.to_vector();
+        Tensor loss = tf::add(tf::cross_entropy(logits, layer.target, -1, real(0.1), nullptr, true), tf::sum_all(logits));
+        logits = Tensor();  // only the tape holds them: affine's output, cross_entropy's and sum_all's input
+        tf::backward(loss, /*keep_tape=*/true);
+        CHECK(tf::tape().records().front().out.to_vector() == values);
+        tf::tape().clear();
+    }
+    SECTION("they are a leaf, not an op's output") {
+        Tensor logits = Tensor::full({2, 3}, real(0.5));
+        logits.set_requires_grad();
+        Tensor loss = tf::cross_entropy(logits, {0, 2}, -1, real(0), nullptr, true);
+        tf::backward(loss);
+        CHECK(logits.to_vector() == std::vector<real>(6, real(0.5)));
+        CHECK(logits.grad_vector().size() == 6);
+    }
 }
 
 TEST_CASE("ops: cross_entropy errors name the op", "[ops]") {

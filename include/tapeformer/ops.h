@@ -118,7 +118,11 @@ struct CrossEntropyStats {
 // with mean reduction:  loss = 1/n Σ_i [(1−ε)(−log p_i,t_i) + ε/V Σ_j (−log p_i,j)] over the n positions
 // whose target is not ignore_index (0 when n = 0). logits: (N, V), target: N ids. Fused: the softmax is
 // never stored; backward recomputes it from the saved log-sum-exp of each row.
+// `consume_logits`: the caller promises that nothing reads the logits' values once this loss's backward has
+// run, not even the backward of the op that made them (true of a linear layer's); then backward writes the
+// gradient over the logits (Tensor::grad_over_value) instead of into a buffer of its own, where the storage
+// allows it. In training that is one (N, V) buffer less at the step's peak of memory.
 Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t ignore_index,
-                     real label_smoothing, CrossEntropyStats* stats = nullptr);
+                     real label_smoothing, CrossEntropyStats* stats = nullptr, bool consume_logits = false);
 
 TF_NAMESPACE_END

@@ -91,6 +91,12 @@ public:
     // For a backward that gives every value of this view's gradient a contribution: see GradTarget. Only
     // a view of its whole storage can be overwritten; another (a rows() view) is zeroed and added to.
     GradTarget grad_target();
+    // For a backward that computes the whole gradient from the values alone, element by element, when
+    // nothing reads the values afterwards: the value buffer becomes the gradient buffer, and data() is
+    // null from then on. Refused (an undefined target, data == nullptr) unless this is a view of the whole
+    // storage, no gradient has been given to it yet, and no tensor outside the tape's two records that use
+    // it (the op that made it, the op whose backward this is) refers to its storage.
+    GradTarget grad_over_value();
     void zero_grad();                       // the gradient reads as zeros again; keeps the buffer
     void release_grad();                    // no gradient any more: the buffer goes back to the pool (a view
                                             // of part of its storage only zeroes its part, as zero_grad)

@@ -160,8 +160,8 @@ double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, dou
     auto t0 = Clock::now();
     Tensor logits = run.model.forward(b.src, o.batch, o.src_len, b.dec_in, o.tgt_len, Pass{&run.dropout_rng});  // (B, T, V)
     LossReport report;
-    Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report);
-    logits = Tensor();  // the tape holds what backward needs
+    Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report, /*consume_logits=*/true);
+    logits = Tensor();  // the tape holds what backward needs (and the loss's gradient takes the logits' memory)
     const double t_fwd = ms_since(t0);
     t0 = Clock::now();
     if (ops) ops->last = t0;

@@ -757,7 +757,11 @@ void Trainer::train_step(const Batch& b) {
     const bool heads_step = c_.log_heads_every && state_.step % c_.log_heads_every == 0;
     pass.keep_attention = heads_step;  // the attention weights, for the entropy in heads.jsonl
     Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, pass);
-    Tensor loss = sequence_loss(logits, b.target, model_->config.pad_id, real(c_.optim.label_smoothing), &report);
+    // Nothing reads the logits after the loss's backward, so its gradient may take their memory; not with
+    // --check-nan, which keeps the tape to look at every value.
+    Tensor loss = sequence_loss(logits, b.target, model_->config.pad_id, real(c_.optim.label_smoothing), &report,
+                                /*consume_logits=*/!c_.check_nan);
+    logits = Tensor();
     if (!std::isfinite(report.loss)) {
         std::string where = c_.check_nan ? "; " + first_nonfinite_op() : " (run with --check-nan to find the op)";
         tape().clear();

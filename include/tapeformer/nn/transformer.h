@@ -185,7 +185,8 @@ struct LossReport {
 };
 
 // Label-smoothed cross-entropy of logits (B, T, V) against target (B, T), pad positions ignored.
+// `consume_logits`: see cross_entropy (training passes the model's logits and nothing reads them after).
 Tensor sequence_loss(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t pad,
-                     real label_smoothing, LossReport* report = nullptr);
+                     real label_smoothing, LossReport* report = nullptr, bool consume_logits = false);
 
 TF_NAMESPACE_END
