@@ -797,14 +797,15 @@ void check_dropout_probability(const char* op, real p) {
 // before the sum, as dropout's output would be: the barrier keeps the compiler from fusing its product and
 // the sum into one multiply-add.
 const real* residual_sum_row(std::int64_t n, std::int64_t C, const real* px, const real* pr, const DropoutDraws* drop,
-                             real* vr, unsigned char* kept = nullptr) {
+                             real* vr, std::uint32_t* kept = nullptr) {
     px += n * C;
     pr += n * C;
     if (drop) {
         for (std::int64_t c = 0; c < C; ++c) {
             const bool keep = drop->keeps(n * C + c);
             if (kept) kept[c] = keep;
-            vr[c] = keep ? pr[c] * drop->keep_scale : real(0);
+            const real scaled = pr[c] * drop->keep_scale;  // read whatever the flag: a select, not a masked load
+            vr[c] = keep ? scaled : real(0);
         }
         asm volatile("" ::: "memory");
         for (std::int64_t c = 0; c < C; ++c) vr[c] = px[c] + vr[c];
@@ -881,7 +882,9 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
 #pragma omp parallel if (N * C >= kParallelGrain)
         {
             std::vector<real> row(pr ? C : 0);
-            std::vector<unsigned char> kept(drop ? C : 0);  // the row's dropout mask, drawn once for v and dr
+            // the row's dropout mask, drawn once for v and dr; 32-bit flags, as wide as the floats they select, so
+            // that the loop below vectorises
+            std::vector<std::uint32_t> kept(drop ? C : 0);
 #pragma omp for schedule(static)
             for (std::int64_t blk = 0; blk < blocks; ++blk) {
                 real* dw_part = partial.data() + std::size_t(blk) * 2 * C;
@@ -905,10 +908,18 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
                         if (!t.data) continue;
                         real* out = t.data + n * C;
                         if (k == 1 && drop) {  // through the residual's dropout: × 1/(1−p) where it survived
-                            for (std::int64_t c = 0; c < C; ++c) {
-                                const real d = kept[c] ? dv(c) * drop->keep_scale : real(0);
-                                out[c] = t.overwrite ? d : out[c] + d;
-                            }
+                            const real scale = drop->keep_scale;
+                            // dv of every value, dropped or not: a select, not masked loads (GCC 12 leaves those scalar)
+                            if (t.overwrite)
+                                for (std::int64_t c = 0; c < C; ++c) {
+                                    const real d = dv(c) * scale;
+                                    out[c] = kept[c] ? d : real(0);
+                                }
+                            else
+                                for (std::int64_t c = 0; c < C; ++c) {
+                                    const real d = dv(c) * scale;
+                                    out[c] += kept[c] ? d : real(0);
+                                }
                         } else if (t.overwrite) {
                             for (std::int64_t c = 0; c < C; ++c) out[c] = dv(c);
                         } else {
