@@ -93,9 +93,9 @@ public:
     GradTarget grad_target();
     // For a backward that computes the whole gradient from the values alone, element by element, when
     // nothing reads the values afterwards: the value buffer becomes the gradient buffer, and data() is
-    // null from then on. Refused (an undefined target, data == nullptr) unless this is a view of the whole
-    // storage, no gradient has been given to it yet, and no tensor outside the tape's two records that use
-    // it (the op that made it, the op whose backward this is) refers to its storage.
+    // null from then on. Refused (a target with data == nullptr) unless this is an op's output (not a
+    // leaf), seen whole, with no gradient given to it yet, and no tensor but those of the two tape records
+    // that use it (the op that made it, the op whose backward this is) refers to its storage.
     GradTarget grad_over_value();
     void zero_grad();                       // the gradient reads as zeros again; keeps the buffer
     void release_grad();                    // no gradient any more: the buffer goes back to the pool (a view
