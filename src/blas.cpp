@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -171,7 +172,15 @@ struct Product {
     std::size_t scratch_bytes;
 };
 
-Product make_product(const dnnl::matmul::primitive_desc& pd) { return {dnnl::matmul(pd), pd.scratchpad_desc().get_size()}; }
+// With TAPEFORMER_ONEDNN_VERBOSE set, each new product prints one line: what it is (`kind`, its precision
+// and m, n, K) and the kernel oneDNN chose for it.
+Product make_product(const dnnl::matmul::primitive_desc& pd, const std::string& kind, bool bf16, std::int64_t m,
+                     std::int64_t n, std::int64_t K) {
+    if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
+        std::fprintf(stderr, "%s %s m=%lld n=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", kind.c_str(), (long long)m,
+                     (long long)n, (long long)K, pd.impl_info_str());
+    return {dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
+}
 
 // Runs it on this thread's stream, with this thread's scratch buffer.
 void run_product(const Product& product, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c) {
@@ -201,10 +210,7 @@ Product make_tile_primitive(const TileKey& key) {
     const dnnl::matmul::primitive_desc pd(
         dnnl::matmul::desc(operand_desc(ta, m, K, lda, bf16), operand_desc(tb, K, n, ldb, bf16), c_md),
         product_attr(alpha, beta), cpu_engine());
-    if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
-        std::fprintf(stderr, "%s tile %c%c m=%lld n=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", ta ? 'T' : 'N',
-                     tb ? 'T' : 'N', (long long)m, (long long)n, (long long)K, pd.impl_info_str());
-    return make_product(pd);
+    return make_product(pd, std::string("tile ") + (ta ? 'T' : 'N') + (tb ? 'T' : 'N'), bf16, m, n, K);
 }
 
 [[maybe_unused]] void onednn_tile(const TileKey& key, const void* A, const void* B, float* C) {
@@ -396,10 +402,7 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
         if (it == primitives.end()) {
             const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, weights.get_desc(), c_md),
                                                   product_attr(alpha, beta), cpu_engine());
-            if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
-                std::fprintf(stderr, "held %s product M=%lld N=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", (long long)M,
-                             (long long)N, (long long)K, pd.impl_info_str());
-            it = primitives.emplace(key, make_product(pd)).first;
+            it = primitives.emplace(key, make_product(pd, "held product", bf16, M, N, K)).first;
         }
         thread_local std::vector<bf16_t> a16;
         const void* a = A;

@@ -1,4 +1,5 @@
-// What several test files need: a scratch directory, whole files read and written, lines, shell words.
+// What several test files need: a scratch directory, whole files read and written, lines, shell words,
+// random values that are the same on every machine, a precision for one case.
 #pragma once
 #include <stdlib.h>
 
@@ -10,6 +11,10 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "tapeformer/blas.h"
+#include "tapeformer/random.h"
+#include "tapeformer/tensor.h"
 
 namespace tf_test {
 
@@ -71,6 +76,30 @@ inline std::string shell_quote(const std::string& s) {
     for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
     return q + "'";
 }
+
+// n values uniform in [-1, 1) from the counter-based Rng(seed): the same on every machine.
+inline std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
+    tf::Rng rng(seed);
+    std::vector<float> v(n);
+    for (float& x : v) x = float(rng.uniform() * 2 - 1);
+    return v;
+}
+
+// A tensor of `shape` filled the same way.
+inline tf::Tensor uniform_tensor(const tf::Shape& shape, std::uint64_t seed) {
+    tf::Tensor t = tf::Tensor::empty(shape);
+    tf::Rng rng(seed);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = tf::real(2 * rng.uniform() - 1);
+    return t;
+}
+
+// The precision for one test case; fp32 again at its end, whatever happens.
+struct PrecisionScope {
+    explicit PrecisionScope(tf::Precision p) { tf::set_precision(p); }
+    ~PrecisionScope() { tf::set_precision(tf::Precision::FP32); }
+    PrecisionScope(const PrecisionScope&) = delete;
+    PrecisionScope& operator=(const PrecisionScope&) = delete;
+};
 
 // x rounded to bf16 (to nearest, ties to even) and back: what a bf16 product multiplies (the tests of
 // --precision bf16 compare against gemm_reference on operands rounded this way).

@@ -22,14 +22,10 @@
 #include "helpers.h"
 
 using tf::Precision;
+using tf_test::PrecisionScope;
+using tf_test::uniform;
 
 namespace {
-
-// The precision for one test case; fp32 again at its end, whatever happens.
-struct PrecisionScope {
-    explicit PrecisionScope(Precision p) { tf::set_precision(p); }
-    ~PrecisionScope() { tf::set_precision(Precision::FP32); }
-};
 
 bool skip_without_bf16() {
     if (tf::cpu_has_bf16()) return false;
@@ -37,12 +33,6 @@ bool skip_without_bf16() {
     return true;
 }
 
-std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
-    tf::Rng rng(seed);
-    std::vector<float> v(n);
-    for (float& x : v) x = float(rng.uniform() * 2 - 1);
-    return v;
-}
 
 
 struct Product {

@@ -19,13 +19,10 @@
 #include "helpers.h"
 
 using tf::Precision;
+using tf_test::PrecisionScope;
+using tf_test::uniform;
 
 namespace {
-
-struct PrecisionScope {  // the precision for one case; fp32 again at its end
-    explicit PrecisionScope(Precision p) { tf::set_precision(p); }
-    ~PrecisionScope() { tf::set_precision(Precision::FP32); }
-};
 
 struct ThreadsScope {  // the thread count for one case; the previous one again at its end
     int saved = tf::num_threads();
@@ -38,12 +35,6 @@ std::vector<Precision> precisions_here() {
     return {Precision::FP32};
 }
 
-std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
-    tf::Rng rng(seed);
-    std::vector<float> v(n);
-    for (float& x : v) x = float(rng.uniform() * 2 - 1);
-    return v;
-}
 
 
 // Decoding's weights: a square one, an FFN pair, the output projection, a fused (3C, C) Q, K, V weight.

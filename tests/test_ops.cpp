@@ -15,6 +15,7 @@
 #include "tapeformer/blas.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/pool.h"
+#include "helpers.h"
 
 using tf::real;
 using tf::Shape;
@@ -552,19 +553,14 @@ TEST_CASE("ops: cross_entropy gradient is (p − smoothed one-hot)/n and zero on
 
 namespace {
 
-// x (N, C) · W (V, C)ᵀ + b into cross_entropy, as a model's output layer feeds its loss; values fixed by `seed`.
+// x (N, C) · W (V, C)ᵀ + b into cross_entropy, as a model's output layer feeds its loss.
 struct OutputLayer {
     Tensor x, w, b;
     std::vector<std::int32_t> target;
     explicit OutputLayer(std::int64_t N, std::int64_t C, std::int64_t V) {
-        tf::Rng rng(7);
-        auto fill = [&](Tensor t) {
-            for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = real(2 * rng.uniform() - 1);
-            return t.set_requires_grad();
-        };
-        x = fill(Tensor::empty({N, C}));
-        w = fill(Tensor::empty({V, C}));
-        b = fill(Tensor::empty({V}));
+        x = tf_test::uniform_tensor({N, C}, 7).set_requires_grad();
+        w = tf_test::uniform_tensor({V, C}, 8).set_requires_grad();
+        b = tf_test::uniform_tensor({V}, 9).set_requires_grad();
         for (std::int64_t i = 0; i < N; ++i) target.push_back(i % 5 == 4 ? -1 : static_cast<std::int32_t>((i * 7) % V));
     }
     // The loss's gradients of x, W and b after one backward.
@@ -687,12 +683,7 @@ TEST_CASE("ops: relu_dropout and add_dropout_layer_norm give the numbers of the 
           "and draw the same counters",
           "[ops]") {
     const Shape shape{8, 64, 260};  // 133,120 values: above kParallelGrain (2^17), so the threaded paths run
-    auto random = [&](std::uint64_t seed) {
-        Tensor t = Tensor::empty(shape);
-        tf::Rng rng(seed);
-        for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = real(2 * rng.uniform() - 1);
-        return t;
-    };
+    auto random = [&](std::uint64_t seed) { return tf_test::uniform_tensor(shape, seed); };
     Tensor gamma = Tensor::full(Shape{260}, 1.25f), beta = Tensor::full(Shape{260}, -0.5f);
     // loss = Σ y · w for a fixed random w: every output's gradient is a different number.
     const Tensor w = random(99);
