@@ -323,6 +323,35 @@ const FrozenMatrices* g_frozen = nullptr;  // the one that lives, if any
 struct FrozenMatrices::Packed {
     std::mutex mutex;
     std::map<std::tuple<const real*, std::int64_t, bool>, dnnl::memory> copies;
+#ifndef TAPEFORMER_F64
+    // The copy of B (N, K) with row stride ldb for products in fp32 or bf16, packed at its first use; an
+    // empty memory where oneDNN would not use its brgemm kernel for it (then B is left to the usual path).
+    dnnl::memory copy_of(const real* B, std::int64_t N, std::int64_t K, std::int64_t ldb, bool bf16) {
+        using dt = dnnl::memory::data_type;
+        using dims = dnnl::memory::dims;
+        std::lock_guard<std::mutex> lock(mutex);
+        auto it = copies.find({B, N, bf16});
+        if (it != copies.end()) return it->second;
+        // The layout oneDNN's kernel prefers for B (N, K), read as Bᵀ (K, N), asked for a canonical product
+        // (32 dense rows, α = 1, β = 0), so that it depends on N, K and the precision only: the primitives of
+        // multiply() are keyed by those, not by the layout.
+        const dt type = bf16 ? dt::bf16 : dt::f32;
+        const dnnl::memory::desc any({K, N}, type, dnnl::memory::format_tag::any);
+        const dnnl::memory::desc a32({32, K}, type, dims{K, 1}), c32({32, N}, dt::f32, dims{N, 1});
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a32, any, c32), cpu_engine());
+        // Only for oneDNN's brgemm kernels (AVX-512 CPUs): its gemm:jit fallback packs per call as sgemm
+        // does, and is no faster.
+        dnnl::memory copy;
+        if (std::string(pd.impl_info_str()).rfind("brg", 0) == 0) {
+            dnnl::memory plain({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
+            copy = dnnl::memory(pd.weights_desc(), cpu_engine());
+            dnnl::stream stream(cpu_engine());
+            dnnl::reorder(plain, copy).execute(stream, plain, copy);  // f32 -> bf16 rounds to nearest even
+            stream.wait();
+        }
+        return copies.emplace(std::make_tuple(B, N, bf16), copy).first->second;
+    }
+#endif
 };
 
 FrozenMatrices::FrozenMatrices() : packed_(std::make_unique<Packed>()) {
@@ -359,7 +388,6 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     return false;
 #else
     if (!cpu_has_avx512() || !holds(B, N, K, ldb)) return false;
-    Packed& packed = *packed_;
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
     const bool bf16 = g_precision == Precision::BF16;
@@ -369,33 +397,9 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
     using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float, bool>;
     thread_local std::map<Key, Product> primitives;  // per thread: no primitive runs on two at once
-    thread_local dnnl::stream stream(cpu_engine());
     try {
         OneThread one_thread;  // oneDNN neither splits the product nor opens a region of its own
-        dnnl::memory weights;
-        {
-            std::lock_guard<std::mutex> lock(packed.mutex);
-            auto it = packed.copies.find({B, N, bf16});
-            if (it == packed.copies.end()) {
-                // The layout oneDNN's kernel prefers for B (N, K), read as Bᵀ (K, N), asked for a canonical
-                // product (32 dense rows, α = 1, β = 0), so that it depends on N, K and the precision only:
-                // the primitives below are keyed by those, not by the layout.
-                const dnnl::memory::desc any({K, N}, type, dnnl::memory::format_tag::any);
-                const dnnl::memory::desc a32({32, K}, type, dims{K, 1}), c32({32, N}, dt::f32, dims{N, 1});
-                const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a32, any, c32), cpu_engine());
-                // Only for oneDNN's brgemm kernels (AVX-512 CPUs): its gemm:jit fallback packs per call as
-                // sgemm does, and is no faster. An empty copy marks B as left to the usual path.
-                dnnl::memory copy;
-                if (std::string(pd.impl_info_str()).rfind("brg", 0) == 0) {
-                    dnnl::memory plain({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
-                    copy = dnnl::memory(pd.weights_desc(), cpu_engine());
-                    dnnl::reorder(plain, copy).execute(stream, plain, copy);  // f32 -> bf16 rounds to nearest even
-                    stream.wait();
-                }
-                it = packed.copies.emplace(std::make_tuple(B, N, bf16), copy).first;
-            }
-            weights = it->second;
-        }
+        const dnnl::memory weights = packed_->copy_of(B, N, K, ldb, bf16);
         if (!weights) return false;
         const Key key{M, N, K, a_ld, ldc, alpha, beta, bf16};  // with N, K and bf16, the layout of `weights`
         auto it = primitives.find(key);
