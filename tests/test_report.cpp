@@ -17,6 +17,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <chrono>
 #include <thread>
 
 #include "tapeformer/report.h"
@@ -218,22 +219,38 @@ public:
         ::close(fd_);
     }
     int port() const { return port_; }
+    // Both wait until every connection made so far has been read, so that a request of a browser that has
+    // exited is neither missed nor counted in the next phase (a connection waits in the listen queue until
+    // serve() takes it, which under load can be after the browser has exited).
     std::vector<std::string> requests() {
+        settle();
         std::lock_guard<std::mutex> lock(mu_);
         return requests_;
     }
     void clear() {
+        settle();
         std::lock_guard<std::mutex> lock(mu_);
         requests_.clear();
     }
 
 private:
+    void settle() {
+        for (int i = 0; i < 400; ++i) {  // at most 20 s
+            pollfd p{fd_, POLLIN, 0};
+            if (!busy_ && ::poll(&p, 1, 0) == 0) return;  // none being read, none waiting
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    }
     void serve() {
         while (!stop_) {
             pollfd p{fd_, POLLIN, 0};
             if (::poll(&p, 1, 50) <= 0) continue;
+            busy_ = true;  // before accept: until then the connection is in the listen queue, which settle() sees
             const int c = ::accept(fd_, nullptr, nullptr);
-            if (c < 0) continue;
+            if (c < 0) {
+                busy_ = false;
+                continue;
+            }
             std::string got;
             char buf[2048];
             pollfd q{c, POLLIN, 0};
@@ -242,12 +259,16 @@ private:
                 if (n <= 0) break;
                 got.append(buf, std::size_t(n));
             }
+            {
+                std::lock_guard<std::mutex> lock(mu_);  // recorded before the browser sees the connection close
+                requests_.push_back(got.substr(0, got.find('\r')));
+            }
             ::close(c);
-            std::lock_guard<std::mutex> lock(mu_);
-            requests_.push_back(got.substr(0, got.find('\r')));
+            busy_ = false;
         }
     }
     int fd_ = -1, port_ = 0;
+    std::atomic<bool> busy_{false};
     std::atomic<bool> stop_{false};
     std::thread thread_;
     std::mutex mu_;
