@@ -117,7 +117,7 @@ extern "C" void on_signal(int sig) {
 // Installs on_signal for the run, and makes sure it never runs on a thread that computes. oneDNN 2.x's JIT
 // sgemm (jit_avx512_common_gemm_f32, behind some fp32 matmuls) points the stack pointer into a heap buffer
 // while it runs, so a handler run on that thread writes its frame into the heap (oneDNN issue #4845, fixed
-// in 3.x; Debian 12 has 2.6.3): one SIGTERM in ten during a toy training run ended in "corrupted size vs.
+// in 3.x; Debian 12 has 2.6.3): 6 SIGTERMs in 300 during toy training runs ended in "corrupted size vs.
 // prev_size" or a segfault. So the calling thread and every thread of its OpenMP team block SIGINT and
 // SIGTERM (threads they start inherit that), and one thread that only waits, "tf-signals", takes them.
 class SignalScope {
