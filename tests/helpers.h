@@ -14,7 +14,6 @@
 
 #include "tapeformer/blas.h"
 #include "tapeformer/random.h"
-#include "tapeformer/tensor.h"
 
 namespace tf_test {
 
@@ -77,20 +76,13 @@ inline std::string shell_quote(const std::string& s) {
     return q + "'";
 }
 
-// n values uniform in [-1, 1) from the counter-based Rng(seed): the same on every machine.
+// n values uniform in [-1, 1) from the counter-based Rng(seed): the same on every machine (as floats; for
+// a Tensor, tf::random_tensor in gradcheck.h).
 inline std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
     tf::Rng rng(seed);
     std::vector<float> v(n);
     for (float& x : v) x = float(rng.uniform() * 2 - 1);
     return v;
-}
-
-// A tensor of `shape` filled the same way.
-inline tf::Tensor uniform_tensor(const tf::Shape& shape, std::uint64_t seed) {
-    tf::Tensor t = tf::Tensor::empty(shape);
-    tf::Rng rng(seed);
-    for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = tf::real(2 * rng.uniform() - 1);
-    return t;
 }
 
 // The precision for one test case; fp32 again at its end, whatever happens.

@@ -13,6 +13,7 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
+#include "tapeformer/gradcheck.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/pool.h"
 #include "helpers.h"
@@ -558,9 +559,9 @@ struct OutputLayer {
     Tensor x, w, b;
     std::vector<std::int32_t> target;
     explicit OutputLayer(std::int64_t N, std::int64_t C, std::int64_t V) {
-        x = tf_test::uniform_tensor({N, C}, 7).set_requires_grad();
-        w = tf_test::uniform_tensor({V, C}, 8).set_requires_grad();
-        b = tf_test::uniform_tensor({V}, 9).set_requires_grad();
+        x = tf::random_tensor({N, C}, 7);
+        w = tf::random_tensor({V, C}, 8);
+        b = tf::random_tensor({V}, 9);
         for (std::int64_t i = 0; i < N; ++i) target.push_back(i % 5 == 4 ? -1 : static_cast<std::int32_t>((i * 7) % V));
     }
     // The loss's gradients of x, W and b after one backward.
@@ -683,7 +684,7 @@ TEST_CASE("ops: relu_dropout and add_dropout_layer_norm give the numbers of the 
           "and draw the same counters",
           "[ops]") {
     const Shape shape{8, 64, 260};  // 133,120 values: above kParallelGrain (2^17), so the threaded paths run
-    auto random = [&](std::uint64_t seed) { return tf_test::uniform_tensor(shape, seed); };
+    auto random = [&](std::uint64_t seed) { return tf::random_tensor(shape, seed, -1, 1, false); };
     Tensor gamma = Tensor::full(Shape{260}, 1.25f), beta = Tensor::full(Shape{260}, -0.5f);
     // loss = Σ y · w for a fixed random w: every output's gradient is a different number.
     const Tensor w = random(99);
