@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -263,54 +264,18 @@ Precision precision() { return g_precision; }
 // exact in fp32 and the sums are fp32, so this computes what oneDNN's bf16 kernel computes (up to the order
 // of the sums), without its cost per call, which for these sizes exceeds the product itself (the backward
 // of attention's products: 110 ms a step through oneDNN's batched bf16 matmul, 28 ms this way, default
-// bench config). Each product is one single-threaded call; `threaded` shares them out among the threads.
-[[maybe_unused]] static void bf16_small_products(bool ta, bool tb, std::int64_t batch, std::int64_t M,
-                                                 std::int64_t N, std::int64_t K, float alpha, const float* A,
-                                                 std::int64_t lda, std::int64_t a_step, const float* B,
-                                                 std::int64_t ldb, std::int64_t b_step, float beta, float* C,
-                                                 std::int64_t ldc, std::int64_t c_step, bool threaded) {
+// bench config). One single-threaded call.
+[[maybe_unused]] static void bf16_small_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                                                float alpha, const float* A, std::int64_t lda, const float* B,
+                                                std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
     const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-#pragma omp parallel for schedule(static) if (threaded)
-    for (std::int64_t i = 0; i < batch; ++i) {
-        thread_local std::vector<float> a_r, b_r;  // this thread's rounded copies of A_i and B_i
-        a_r.resize(std::size_t(a_rows * a_cols));
-        b_r.resize(std::size_t(b_rows * b_cols));
-        round_through_bf16(A + i * a_step, a_rows, a_cols, lda, a_r.data());
-        round_through_bf16(B + i * b_step, b_rows, b_cols, ldb, b_r.data());
-        gemm_impl(ta, tb, M, N, K, alpha, a_r.data(), a_cols, b_r.data(), b_cols, beta, C + i * c_step, ldc);
-    }
+    thread_local std::vector<float> a_r, b_r;  // this thread's rounded copies of A and B
+    a_r.resize(std::size_t(a_rows * a_cols));
+    b_r.resize(std::size_t(b_rows * b_cols));
+    round_through_bf16(A, a_rows, a_cols, lda, a_r.data());
+    round_through_bf16(B, b_rows, b_cols, ldb, b_r.data());
+    gemm_impl(ta, tb, M, N, K, alpha, a_r.data(), a_cols, b_r.data(), b_cols, beta, C, ldc);
 }
-
-#ifndef TAPEFORMER_F64
-// C = α·op(A)·op(B) + β·C with A and B rounded to bf16; M, N, K > 0.
-static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
-                      std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-    // The operands as stored, A (M, K) or (K, M) and B (K, N) or (N, K), rounded into dense bf16 copies.
-    const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-    thread_local std::vector<bf16_t> a16, b16;
-    a16.resize(std::size_t(a_rows * a_cols));
-    b16.resize(std::size_t(b_rows * b_cols));
-    round_to_bf16(A, a_rows, a_cols, lda, a16.data());
-    round_to_bf16(B, b_rows, b_cols, ldb, b16.data());
-    const bf16_t *A16 = a16.data(), *B16 = b16.data();
-
-    const Tiling t = tiling(M, N, K);
-    const std::int64_t tiles = t.row_tiles * t.col_tiles;
-    auto run_tile = [&](std::int64_t i) {
-        const std::int64_t m0 = (i / t.col_tiles) * t.rows, n0 = (i % t.col_tiles) * t.cols;
-        const std::int64_t m = std::min(t.rows, M - m0), n = std::min(t.cols, N - n0);
-        const bf16_t* Ai = ta ? A16 + m0 : A16 + m0 * a_cols;
-        const bf16_t* Bi = tb ? B16 + n0 * b_cols : B16 + n0;
-        onednn_tile(TileKey{ta, tb, m, n, K, a_cols, b_cols, ldc, alpha, beta, true}, Ai, Bi, C + m0 * ldc + n0);
-    };
-    if (M * N * K < kSmallProduct || omp_in_parallel()) {
-        for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
-}
-#endif
 
 // ---- frozen matrices -----------------------------------------------------------------------------------
 
@@ -425,60 +390,199 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
 #endif
 }
 
+// ---- product timing ----------------------------------------------------------------------------------
+
+namespace {
+
+ProductTimer* g_timer = nullptr;  // the one that lives, if any
+thread_local bool t_in_product = false;
+
+// Adds the wall time of the product it spans to g_timer, unless a product or a parallel region encloses it.
+class TimedProduct {
+public:
+    TimedProduct() : on_(g_timer && !t_in_product && !omp_in_parallel()) {
+        if (!on_) return;
+        t_in_product = true;
+        start_ = std::chrono::steady_clock::now();
+    }
+    ~TimedProduct() {
+        if (!on_) return;
+        g_timer->ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+        ++g_timer->calls;
+        t_in_product = false;
+    }
+    TimedProduct(const TimedProduct&) = delete;
+    TimedProduct& operator=(const TimedProduct&) = delete;
+
+private:
+    bool on_;
+    std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+ProductTimer::ProductTimer() {
+    if (g_timer) throw std::logic_error("ProductTimer: another one is alive; only one may live at a time");
+    g_timer = this;
+}
+
+ProductTimer::~ProductTimer() { g_timer = nullptr; }
+
+// ---- products, alone or in groups ----------------------------------------------------------------------
+// Every product goes through gemm_group: gemm and gemm_batched are groups of one. A group is planned on
+// the calling thread (products over held matrices run there and then; bf16 operands of large products are
+// rounded), then its work items — tiles of large products, chunks of small batched ones, and the caller's
+// jobs — run in one parallel region, or on this thread when it is already in one or the work is small.
+
+namespace {
+
+constexpr std::int64_t kBatchChunk = 16;  // small products of a batch taken together as one work item
+
+// One product of a group, planned.
+struct Planned {
+    GemmCall call;
+    bool large = false;   // each product of the batch has at least kSmallProduct multiply-adds: tiled
+    Tiling tiling{};      // of one product of the batch (large only)
+    std::int64_t items = 0;
+    const bf16_t* A16 = nullptr;  // bf16 precision, large products: the rounded operands, dense, by product
+    const bf16_t* B16 = nullptr;
+};
+
+[[maybe_unused]] std::int64_t a_rows(const GemmCall& c) { return c.trans_a ? c.K : c.M; }  // A as stored
+[[maybe_unused]] std::int64_t a_cols(const GemmCall& c) { return c.trans_a ? c.M : c.K; }
+[[maybe_unused]] std::int64_t b_rows(const GemmCall& c) { return c.trans_b ? c.N : c.K; }  // B as stored
+[[maybe_unused]] std::int64_t b_cols(const GemmCall& c) { return c.trans_b ? c.K : c.N; }
+
+// Rows [m0, m0 + m) and columns [n0, n0 + n) of C_e, the e-th product of the batch: α·op(A)·op(B) + β·C,
+// or + the bias. One single-threaded call.
+void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64_t n0, std::int64_t m, std::int64_t n) {
+    const GemmCall& c = p.call;
+    real* C = c.C + e * c.c_step + m0 * c.ldc + n0;
+    real beta = c.beta;
+    if (c.bias) {  // C starts as the bias rows, and the product is added to them
+        for (std::int64_t i = 0; i < m; ++i) std::memcpy(C + i * c.ldc, c.bias + n0, std::size_t(n) * sizeof(real));
+        beta = 1;
+    }
+    if (c.K == 0) {  // BLAS leaves C alone only for beta = 1; make the empty sum explicit
+        for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) C[i * c.ldc + j] = beta == real(0) ? real(0) : beta * C[i * c.ldc + j];
+        return;
+    }
+    const real* A = c.A + e * c.a_step;
+    const real* B = c.B + e * c.b_step;
+    const real* Ai = c.trans_a ? A + m0 : A + m0 * c.lda;  // rows m0.. of op(A): columns of A when stored transposed
+    const real* Bi = c.trans_b ? B + n0 * c.ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
+#ifndef TAPEFORMER_F64
+    if (g_precision == Precision::BF16) {
+        if (!p.large)
+            return bf16_small_product(c.trans_a, c.trans_b, m, n, c.K, c.alpha, Ai, c.lda, Bi, c.ldb, beta, C, c.ldc);
+        const std::int64_t ac = a_cols(c), bc = b_cols(c);
+        const bf16_t* A16 = p.A16 + e * a_rows(c) * ac;
+        const bf16_t* B16 = p.B16 + e * b_rows(c) * bc;
+        const bf16_t* A16i = c.trans_a ? A16 + m0 : A16 + m0 * ac;
+        const bf16_t* B16i = c.trans_b ? B16 + n0 * bc : B16 + n0;
+        return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, ac, bc, c.ldc, c.alpha, beta, true}, A16i, B16i, C);
+    }
+    if (p.large && cpu_has_avx512())
+        return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, c.lda, c.ldb, c.ldc, c.alpha, beta, false}, Ai, Bi, C);
+#endif
+    gemm_impl(c.trans_a, c.trans_b, m, n, c.K, c.alpha, Ai, c.lda, Bi, c.ldb, beta, C, c.ldc);
+}
+
+// Work item i of a planned product: a tile of one product of the batch (large), or kBatchChunk products.
+void run_item(const Planned& p, std::int64_t i) {
+    const GemmCall& c = p.call;
+    if (!p.large) {
+        for (std::int64_t e = i * kBatchChunk; e < std::min(c.batch, (i + 1) * kBatchChunk); ++e) compute_block(p, e, 0, 0, c.M, c.N);
+        return;
+    }
+    const Tiling& t = p.tiling;
+    const std::int64_t tiles = t.row_tiles * t.col_tiles, e = i / tiles, tile = i % tiles;
+    const std::int64_t m0 = (tile / t.col_tiles) * t.rows, n0 = (tile % t.col_tiles) * t.cols;
+    compute_block(p, e, m0, n0, std::min(t.rows, c.M - m0), std::min(t.cols, c.N - n0));
+}
+
+#ifndef TAPEFORMER_F64
+// Whether a held matrix (FrozenMatrices) took the product: then it is done, computed on this thread.
+bool held_product(const GemmCall& c) {
+    if (!g_frozen || c.batch != 1 || c.trans_a || !c.trans_b || c.K == 0 || !g_frozen->holds(c.B, c.N, c.K, c.ldb)) return false;
+    if (c.bias)
+        for (std::int64_t i = 0; i < c.M; ++i) std::memcpy(c.C + i * c.ldc, c.bias, std::size_t(c.N) * sizeof(real));
+    return g_frozen->multiply(c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, c.bias ? real(1) : c.beta, c.C, c.ldc);
+}
+#endif
+
+}  // namespace
+
+void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, const std::function<void(std::int64_t)>& job) {
+    const TimedProduct timed;
+    std::vector<Planned> planned;
+    planned.reserve(products.size());
+    // bf16 copies of large products' operands, kept for the thread's next call (jobs must not call gemm).
+    thread_local std::vector<std::vector<bf16_t>> rounded;
+    std::int64_t items = 0, small_work = 0;
+    bool any_large = false;
+    for (const GemmCall& c : products) {
+        if (c.M == 0 || c.N == 0 || c.batch == 0) continue;
+        Planned p{c};
+#ifndef TAPEFORMER_F64
+        if (held_product(c)) continue;  // a bias, if any, is in C already, and the product added to it
+#endif
+        const std::int64_t work = c.M * c.N * c.K;
+        p.large = work >= kSmallProduct;
+        if (p.large) {
+            p.tiling = tiling(c.M, c.N, c.K);
+            p.items = c.batch * p.tiling.row_tiles * p.tiling.col_tiles;
+            any_large = true;
+#ifndef TAPEFORMER_F64
+            if (g_precision == Precision::BF16) {  // A and B rounded into dense bf16 copies, product by product
+                const std::size_t slot = 2 * planned.size();
+                if (rounded.size() < slot + 2) rounded.resize(slot + 2);
+                std::vector<bf16_t>&a16 = rounded[slot], &b16 = rounded[slot + 1];
+                const std::int64_t an = a_rows(c) * a_cols(c), bn = b_rows(c) * b_cols(c);
+                a16.resize(std::size_t(c.batch * an));
+                b16.resize(std::size_t(c.batch * bn));
+                for (std::int64_t e = 0; e < c.batch; ++e) {
+                    round_to_bf16(c.A + e * c.a_step, a_rows(c), a_cols(c), c.lda, a16.data() + e * an);
+                    round_to_bf16(c.B + e * c.b_step, b_rows(c), b_cols(c), c.ldb, b16.data() + e * bn);
+                }
+                p.A16 = a16.data();
+                p.B16 = b16.data();
+            }
+#endif
+        } else {
+            p.items = (c.batch + kBatchChunk - 1) / kBatchChunk;
+            small_work += c.batch * work;
+        }
+        items += p.items;
+        planned.push_back(p);
+    }
+    // Item i: the products' items in order, then the jobs.
+    auto run = [&](std::int64_t i) {
+        for (const Planned& p : planned) {
+            if (i < p.items) return run_item(p, i);
+            i -= p.items;
+        }
+        job(i);
+    };
+    const std::int64_t total = items + jobs;
+    // A region unless this thread is in one already or the work is small (waking the threads costs as much
+    // as a small product). A large product always runs in one, so that OpenBLAS, inside it, does not split
+    // a tile by the thread count.
+    const bool threaded = !omp_in_parallel() && (any_large || (total > 1 && small_work >= kParallelGrain));
+#pragma omp parallel for schedule(dynamic) if (threaded)
+    for (std::int64_t i = 0; i < total; ++i) run(i);
+}
+
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
           std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    if (K == 0) {  // BLAS leaves C alone only for beta = 1; make the empty sum explicit
-        for (std::int64_t i = 0; i < M; ++i)
-            for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == real(0) ? real(0) : beta * C[i * ldc + j];
-        return;
-    }
-#ifndef TAPEFORMER_F64
-    if (g_frozen && !ta && tb && g_frozen->multiply(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
-    if (g_precision == Precision::BF16) {
-        if (M * N * K < kSmallProduct)
-            return bf16_small_products(ta, tb, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, false);
-        return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    }
-#endif
-    const Tiling t = tiling(M, N, K);
-    const std::int64_t tiles = t.row_tiles * t.col_tiles;
-    auto run_tile = [&](std::int64_t i) {
-        const std::int64_t m0 = (i / t.col_tiles) * t.rows, n0 = (i % t.col_tiles) * t.cols;
-        const std::int64_t m = std::min(t.rows, M - m0), n = std::min(t.cols, N - n0);
-        const real* Ai = ta ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): columns of A when stored transposed
-        const real* Bi = tb ? B + n0 * ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
-#ifndef TAPEFORMER_F64
-        if (M * N * K >= kSmallProduct && cpu_has_avx512())
-            return onednn_tile(TileKey{ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, false}, Ai, Bi, C + m0 * ldc + n0);
-#endif
-        gemm_impl(ta, tb, m, n, K, alpha, Ai, lda, Bi, ldb, beta, C + m0 * ldc + n0, ldc);
-    };
-    // A small product (one tile), or one inside another parallel region (attention's many small products):
-    // the tiles run on this thread, without opening a region, which costs as much as a small product.
-    if (M * N * K < kSmallProduct || omp_in_parallel()) {
-        for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
-        return;
-    }
-    // A large product that stays one tile (a thin C with a long inner dimension) still runs in a region, so
-    // that OpenBLAS does not split it by the thread count.
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < tiles; ++i) run_tile(i);
+    gemm_group({GemmCall{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc}});
 }
 
 void gemm_batched(bool ta, bool tb, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
                   const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
                   std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step) {
-    const bool small = batch > 1 && M * N * K < kSmallProduct;
-    const bool threaded = small && batch * M * N * K >= kParallelGrain && !omp_in_parallel();
-#ifndef TAPEFORMER_F64
-    if (small && g_precision == Precision::BF16 && M > 0 && N > 0 && K > 0)
-        return bf16_small_products(ta, tb, batch, M, N, K, alpha, A, lda, a_step, B, ldb, b_step, beta, C, ldc, c_step,
-                                   threaded);
-#endif
-#pragma omp parallel for schedule(static) if (threaded)
-    for (std::int64_t i = 0; i < batch; ++i)
-        gemm(ta, tb, M, N, K, alpha, A + i * a_step, lda, B + i * b_step, ldb, beta, C + i * c_step, ldc);
+    gemm_group({GemmCall{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, a_step, b_step, c_step}});
 }
 
 void gemm_reference(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,

@@ -27,12 +27,15 @@ void require_defined(const char* op, const Tensor& t, const char* what) {
 // Calls f(c0, c1) for blocks of 64 of the Cn columns, the blocks split across threads when `work` (the
 // values touched) is worth it. Sums that a thread keeps to its own columns, adding rows in order, do not
 // depend on the thread count.
+constexpr std::int64_t kColumnBlock = 64;
+
+std::int64_t column_blocks(std::int64_t Cn) { return (Cn + kColumnBlock - 1) / kColumnBlock; }
+
 template <class F>
 void over_column_blocks(std::int64_t Cn, std::int64_t work, F f) {
-    constexpr std::int64_t kBlock = 64;
-    const std::int64_t blocks = (Cn + kBlock - 1) / kBlock;
+    const std::int64_t blocks = column_blocks(Cn);
 #pragma omp parallel for schedule(static) if (work >= kParallelGrain && blocks > 1)
-    for (std::int64_t blk = 0; blk < blocks; ++blk) f(blk * kBlock, std::min(Cn, (blk + 1) * kBlock));
+    for (std::int64_t blk = 0; blk < blocks; ++blk) f(blk * kColumnBlock, std::min(Cn, (blk + 1) * kColumnBlock));
 }
 
 // dst.data[i] = v for a gradient not yet written, else += v (Tensor::grad_target): for a backward that
@@ -57,21 +60,26 @@ void write_or_add(const GradTarget& dst, std::int64_t n, F f) {
     }
 }
 
+// dst[c] (=|+=) Σ_r f(r, c) for the columns of block `blk` (column_blocks) of an (R, Cn) layout.
+template <class F>
+void sum_column_block(std::int64_t R, std::int64_t Cn, std::int64_t blk, const GradTarget& dst, F f) {
+    real* out = dst.data;
+    const std::int64_t c0 = blk * kColumnBlock, c1 = std::min(Cn, c0 + kColumnBlock);
+    std::int64_t r = 0;
+    if (dst.overwrite && R > 0) {
+#pragma omp simd
+        for (std::int64_t c = c0; c < c1; ++c) out[c] = f(0, c);
+        r = 1;
+    }
+    for (; r < R; ++r)
+#pragma omp simd
+        for (std::int64_t c = c0; c < c1; ++c) out[c] += f(r, c);
+}
+
 // dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
 template <class F>
 void sum_over_rows(std::int64_t R, std::int64_t Cn, GradTarget dst, F f) {
-    real* out = dst.data;
-    over_column_blocks(Cn, R * Cn, [&](std::int64_t c0, std::int64_t c1) {
-        std::int64_t r = 0;
-        if (dst.overwrite && R > 0) {
-#pragma omp simd
-            for (std::int64_t c = c0; c < c1; ++c) out[c] = f(0, c);
-            r = 1;
-        }
-        for (; r < R; ++r)
-#pragma omp simd
-            for (std::int64_t c = c0; c < c1; ++c) out[c] += f(r, c);
-    });
+    over_column_blocks(Cn, R * Cn, [&](std::int64_t c0, std::int64_t) { sum_column_block(R, Cn, c0 / kColumnBlock, dst, f); });
 }
 
 // ---- broadcasting ---------------------------------------------------------------------------------------
@@ -301,26 +309,30 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     return record("matmul", out, {a, b}, [d, ta, tb, alpha, a_step, b_step, c_step, lda, ldb](Tensor& y, std::vector<Tensor>& in) {
         const real* dC = y.grad();
         const real *A = in[0].data(), *B = in[1].data();
-        // Each product covers the whole of dA (dB), so a gradient not yet written is written (β = 0).
+        // Each product covers the whole of dA (dB), so a gradient not yet written is written (β = 0). The
+        // two are independent: one parallel region computes them together (gemm_group).
+        GemmCall dA_call, dB_call;  // M = 0: not needed
         if (in[0].requires_grad()) {
             const GradTarget dA = in[0].grad_target();
             if (!ta)  // dA (M,K) += α·dC (M,N) · op(B)ᵀ (N,K)
-                gemm_batched(false, !tb, d.batch, d.M, d.K, d.N, alpha, dC, d.N, c_step, B, ldb, b_step, dA.beta(), dA.data, lda, a_step);
+                dA_call = {false, !tb, d.M, d.K, d.N, alpha, dC, d.N, B, ldb, dA.beta(), dA.data, lda, d.batch, c_step, b_step, a_step};
             else      // A stored (K,M): dA += α·(dC · op(B)ᵀ)ᵀ = α·op(B) (K,N) · dCᵀ (N,M)
-                gemm_batched(tb, true, d.batch, d.K, d.M, d.N, alpha, B, ldb, b_step, dC, d.N, c_step, dA.beta(), dA.data, lda, a_step);
+                dA_call = {tb, true, d.K, d.M, d.N, alpha, B, ldb, dC, d.N, dA.beta(), dA.data, lda, d.batch, b_step, c_step, a_step};
         }
         if (in[1].requires_grad()) {
             const GradTarget dB = in[1].grad_target();
             if (d.shared_b) {  // one product over all rows: dB += (Σ over rows) — a single large gemm
-                if (!tb) gemm(true, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, dB.beta(), dB.data, ldb);   // (K,N) += α·Aᵀ dC
-                else     gemm(true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, dB.beta(), dB.data, ldb);   // (N,K) += α·dCᵀ A
-                return;
+                if (!tb) dB_call = {true, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, dB.beta(), dB.data, ldb};   // (K,N) += α·Aᵀ dC
+                else     dB_call = {true, false, d.N, d.K, d.M, alpha, dC, d.N, A, lda, dB.beta(), dB.data, ldb};   // (N,K) += α·dCᵀ A
+            } else if (!tb) {  // dB (K,N) += α·op(A)ᵀ (K,M) · dC (M,N)
+                dB_call = {!ta, false, d.K, d.N, d.M, alpha, A, lda, dC, d.N, dB.beta(), dB.data, ldb, d.batch, a_step, c_step, b_step};
+            } else {  // B stored (N,K): dB += α·dCᵀ (N,M) · op(A) (M,K)
+                dB_call = {true, ta, d.N, d.K, d.M, alpha, dC, d.N, A, lda, dB.beta(), dB.data, ldb, d.batch, c_step, a_step, b_step};
             }
-            if (!tb)  // dB (K,N) += α·op(A)ᵀ (K,M) · dC (M,N)
-                gemm_batched(!ta, false, d.batch, d.K, d.N, d.M, alpha, A, lda, a_step, dC, d.N, c_step, dB.beta(), dB.data, ldb, b_step);
-            else      // B stored (N,K): dB += α·dCᵀ (N,M) · op(A) (M,K)
-                gemm_batched(true, ta, d.batch, d.N, d.K, d.M, alpha, dC, d.N, c_step, A, lda, a_step, dB.beta(), dB.data, ldb, b_step);
         }
+        if (!in[0].same_storage(in[1])) return gemm_group({dA_call, dB_call});
+        gemm_group({dA_call});  // one buffer (a @ a): its two contributions added in turn
+        gemm_group({dB_call});
     });
 }
 
@@ -340,29 +352,34 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Shape out_shape = x.shape();
     out_shape[-1] = out_f;
     Tensor y = Tensor::empty(out_shape);  // (..., out)
-    real* py = y.data();
-    if (bias.defined()) {
-        const real* b = bias.data();
-#pragma omp parallel for schedule(static) if (N * out_f >= kParallelGrain)
-        for (std::int64_t n = 0; n < N; ++n) std::memcpy(py + n * out_f, b, out_f * sizeof(real));
-    }
-    // (N, in) @ (out, in)ᵀ -> (N, out), added onto the bias rows (β = 1) or written (β = 0)
-    gemm(false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, bias.defined() ? 1 : 0, py, out_f);
+    // (N, in) @ (out, in)ᵀ -> (N, out), added onto the bias rows or written
+    gemm_group({GemmCall{false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, 0, y.data(), out_f, 1, 0, 0, 0,
+                         bias.defined() ? bias.data() : nullptr}});
     if (!needs_grad({&x, &weight, &bias})) return y;
     std::vector<Tensor> inputs{x, weight};
     if (bias.defined()) inputs.push_back(bias);
     return record("affine", y, std::move(inputs), [N, in_f, out_f](Tensor& y, std::vector<Tensor>& in) {
         const real* dy = y.grad();  // (N, out)
+        // The three are independent: one parallel region computes them together (gemm_group).
+        GemmCall dx_call, dW_call;  // M = 0: not needed
         if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
             const GradTarget dx = in[0].grad_target();
-            gemm(false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f);
+            dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
         }
         if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
             const GradTarget dW = in[1].grad_target();
-            gemm(true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f);
+            dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
         }
-        if (in.size() > 2 && in[2].requires_grad())  // db (out) += column sums of dy
-            sum_over_rows(N, out_f, in[2].grad_target(), [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
+        GradTarget db{nullptr, false};
+        if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
+        // db (out) += column sums of dy, by blocks of columns
+        auto db_block = [&](std::int64_t blk) {
+            sum_column_block(N, out_f, blk, db, [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
+        };
+        const std::int64_t db_blocks = db.data ? column_blocks(out_f) : 0;
+        if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_blocks, db_block);
+        gemm_group({dx_call});  // x is (a view of) the weight: its two gradients are one buffer, added in turn
+        gemm_group({dW_call}, db_blocks, db_block);
     });
 }
 

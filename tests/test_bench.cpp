@@ -111,12 +111,17 @@ TEST_CASE("bench train: profiling times the ops of the real backward pass, in th
     for (const char* op : {"affine", "matmul", "softmax", "embedding", "cross_entropy", "slice_heads"}) {
         INFO(op);
         CHECK(profiled.backward_ms_by_op.count(op) == 1);
+        CHECK(profiled.forward_ms_by_op.count(op) == 1);
     }
+    // The products' wall time is part of a profiled step's, and the step has time outside them.
+    CHECK(profiled.profile_products_ms > 0);
+    CHECK(profiled.profile_products_ms < profiled.profile_step_ms);
     for (const auto& [op, ms] : profiled.backward_ms_by_op) {
         INFO(op);
         CHECK(ms >= 0);
     }
     CHECK(plain.backward_ms_by_op.empty());
+    CHECK(plain.forward_ms_by_op.empty());
     // The profiled backward frees each record as it goes, as the real one does: no higher peak.
     CHECK(profiled.pool_peak_mb <= plain.pool_peak_mb);
 }

@@ -212,3 +212,58 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
         }
     }
 }
+
+TEST_CASE("determinism: gemm_group gives the bits of its products run in turn, on any thread count", "[determinism]") {
+    // A linear layer's backward (dx and dW, large, tiled), a large product onto a bias, attention's small
+    // batched products and a large batched one, in one group with jobs; against gemm_batched on each alone.
+    struct Case {
+        bool ta, tb;
+        std::int64_t batch, M, N, K;
+        bool bias;
+    };
+    const Case cases[] = {{false, false, 1, 1280, 256, 768, false}, {true, false, 1, 768, 256, 1280, false},
+                          {false, true, 1, 1280, 1024, 256, true},  {false, true, 256, 20, 20, 64, false},
+                          {true, false, 3, 300, 200, 128, false}};
+    auto run = [&](bool grouped) {
+        std::vector<std::vector<real>> out;
+        std::vector<Tensor> keep;  // the operands, alive until the group has run
+        std::vector<tf::GemmCall> calls;
+        std::uint64_t seed = 11;
+        for (const Case& c : cases) {
+            Tensor A = random({c.batch * c.M * c.K}, seed++), B = random({c.batch * c.K * c.N}, seed++);
+            Tensor bias = random({c.N}, seed++);
+            out.push_back(random({c.batch * c.M * c.N}, seed++).to_vector());
+            tf::GemmCall g{c.ta, c.tb, c.M, c.N, c.K, real(0.5), A.data(), c.ta ? c.M : c.K, B.data(), c.tb ? c.K : c.N,
+                           real(1), out.back().data(), c.N, c.batch, c.M * c.K, c.K * c.N, c.M * c.N,
+                           c.bias ? bias.data() : nullptr};
+            calls.push_back(g);
+            keep.insert(keep.end(), {A, B, bias});
+        }
+        // Jobs: each writes its own value once.
+        std::vector<real> job_out(37, real(-1));
+        auto job = [&](std::int64_t i) { job_out[std::size_t(i)] = real(i) * real(0.25); };
+        if (grouped) {
+            tf::gemm_group({calls[0], calls[1], calls[2], calls[3], calls[4]}, std::int64_t(job_out.size()), job);
+        } else {
+            for (const tf::GemmCall& g : calls) {
+                if (g.bias)  // gemm_group's bias: the rows start as the bias, the product is added
+                    for (std::int64_t i = 0; i < g.M; ++i) std::copy(g.bias, g.bias + g.N, g.C + i * g.ldc);
+                tf::gemm_batched(g.trans_a, g.trans_b, g.batch, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.a_step, g.B, g.ldb,
+                                 g.b_step, g.bias ? real(1) : g.beta, g.C, g.ldc, g.c_step);
+            }
+            for (std::int64_t i = 0; i < std::int64_t(job_out.size()); ++i) job(i);
+        }
+        out.push_back(job_out);
+        return out;
+    };
+    const std::vector<std::vector<real>> in_turn = run(false);
+    check_same_on_every_thread_count([&] {
+        const std::vector<std::vector<real>> grouped = run(true);
+        REQUIRE(grouped.size() == in_turn.size());
+        for (std::size_t i = 0; i < grouped.size(); ++i) {
+            INFO("result " << i);
+            CHECK(grouped[i] == in_turn[i]);
+        }
+        return grouped;
+    });
+}

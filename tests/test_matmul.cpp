@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -196,4 +197,45 @@ TEST_CASE("gemm splits a large product into tiles that give the reference result
                     for (std::int64_t j = N; j < ldc; ++j) padding_kept = padding_kept && c[i * ldc + j] == C0.data()[i * ldc + j];
                 CHECK(padding_kept);
             }
+}
+
+TEST_CASE("gemm_group: a bias starts every row, beta is not used, products of M = 0 are skipped", "[matmul]") {
+    for (const std::int64_t M : {std::int64_t(3), std::int64_t(700)}) {  // a small product, a large (tiled) one
+        const std::int64_t N = 300, K = 130;
+        INFO("M " << M);
+        Tensor A = random({M, K}, 5), W = random({N, K}, 6), bias = random({N}, 7);
+        std::vector<real> c(std::size_t(M * N), std::numeric_limits<real>::quiet_NaN()), ref(std::size_t(M * N));
+        for (std::int64_t i = 0; i < M; ++i) std::copy(bias.data(), bias.data() + N, ref.begin() + i * N);
+        tf::gemm_reference(false, true, M, N, K, 2, A.data(), K, W.data(), K, 1, ref.data(), N);
+        // β = 7 would read C's NaNs: with a bias it is not used.
+        tf::gemm_group({tf::GemmCall{false, true, M, N, K, 2, A.data(), K, W.data(), K, 7, c.data(), N, 1, 0, 0, 0, bias.data()},
+                        tf::GemmCall{}});
+        CHECK(relative_error(c, ref) <= 1e-5);
+    }
+}
+
+TEST_CASE("gemm_group: runs every job once, with or without products", "[matmul]") {
+    for (const std::int64_t M : {std::int64_t(0), std::int64_t(2), std::int64_t(600)}) {
+        INFO("M " << M);
+        Tensor A = random({std::max<std::int64_t>(M, 1), 500}, 1), B = random({500, 400}, 2);
+        std::vector<real> c(std::size_t(std::max<std::int64_t>(M, 1) * 400));
+        std::vector<std::atomic<int>> runs(100);
+        tf::gemm_group({tf::GemmCall{false, false, M, 400, 500, 1, A.data(), 500, B.data(), 400, 0, c.data(), 400}}, 100,
+                       [&](std::int64_t i) { ++runs[std::size_t(i)]; });
+        CHECK(std::all_of(runs.begin(), runs.end(), [](const std::atomic<int>& r) { return r == 1; }));
+    }
+}
+
+TEST_CASE("ProductTimer: sums the products' wall time, a batch once, one timer at a time", "[matmul]") {
+    Tensor A = random({64, 20, 20}, 1), B = random({64, 20, 20}, 2);
+    {
+        tf::ProductTimer timer;
+        CHECK_THROWS_AS(tf::ProductTimer(), std::logic_error);
+        Tensor c = tf::matmul(A, B);                    // 64 products in one gemm_batched: one call
+        tf::gemm(false, false, 20, 20, 20, 1, A.data(), 20, B.data(), 20, 0, c.data(), 20);
+        CHECK(timer.calls == 2);
+        CHECK(timer.ms > 0);
+    }
+    tf::ProductTimer again;  // the first one is gone
+    CHECK(again.calls == 0);
 }

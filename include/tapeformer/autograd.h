@@ -28,12 +28,20 @@ public:
     bool recording() const { return recording_; }
     void set_recording(bool on) { recording_ = on; }
     const std::vector<TapeRecord>& records() const { return records_; }
-    void push(TapeRecord r) { records_.push_back(std::move(r)); }
+    void push(TapeRecord r) {
+        records_.push_back(std::move(r));
+        if (on_push_) on_push_(records_.back());
+    }
     void clear() { records_.clear(); }  // keeps capacity: the next step appends without reallocating
+
+    // Called right after each record is appended (empty: none): a profiler times the forward pass op by
+    // op, charging each record the time since the previous one (bench.cpp).
+    void set_push_hook(std::function<void(const TapeRecord&)> hook) { on_push_ = std::move(hook); }
 
 private:
     std::vector<TapeRecord> records_;
     bool recording_ = true;
+    std::function<void(const TapeRecord&)> on_push_;
 };
 
 Tape& tape();  // the current thread's tape

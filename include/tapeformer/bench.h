@@ -41,7 +41,7 @@ struct BenchTrainOptions {
     bool eval_greedy = false;        // also time greedy decoding of the first batch for exactly T steps
     std::int64_t eval_reps = 3;      // timed greedy repetitions (after one untimed)
     std::string name;                // copied into the result
-    std::int64_t profile = 0;        // > 0: after timing, N more steps with per-op backward timers
+    std::int64_t profile = 0;        // > 0: after timing, N more steps with per-op timers (both passes)
     Precision precision = Precision::FP32;  // of the products (blas.h); bf16 falls back to fp32 without bf16 instructions
 
     // Throws std::invalid_argument naming the flag when a value is out of range.
@@ -77,6 +77,9 @@ struct BenchTrainResult {
     double greedy_tokens_per_s = 0, greedy_tokens_per_s_best = 0;
     // Per-op backward time (when profile > 0): op name -> ms per step.
     std::map<std::string, double> backward_ms_by_op;
+    std::map<std::string, double> forward_ms_by_op;  // the same for the forward pass (each op charged at its record)
+    double profile_step_ms = 0;      // a profiled step: its four phases
+    double profile_products_ms = 0;  // of which in products (blas.h's ProductTimer), wall time
     double peak_rss_mb = 0;          // getrusage's ru_maxrss at the end
     double pool_peak_mb = 0;         // most tensor memory in use at once (pool.h), parameters included
     double rss_after_model_mb = 0;   // ru_maxrss once the model, optimizer and batches exist

@@ -4,6 +4,8 @@
 // two never oversubscribe the cores.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +26,33 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
 void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
                   real alpha, const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
                   std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step);
+
+// One product of a group (gemm_group): `batch` products C_i = α·op(A_i)·op(B_i) + β·C_i as gemm_batched's,
+// or, with `bias` (N values), C_i = α·op(A_i)·op(B_i) + the bias on every row (β is then not used).
+struct GemmCall {
+    bool trans_a = false, trans_b = false;
+    std::int64_t M = 0, N = 0, K = 0;
+    real alpha = 1;
+    const real* A = nullptr;
+    std::int64_t lda = 0;
+    const real* B = nullptr;
+    std::int64_t ldb = 0;
+    real beta = 0;
+    real* C = nullptr;
+    std::int64_t ldc = 0;
+    std::int64_t batch = 1, a_step = 0, b_step = 0, c_step = 0;
+    const real* bias = nullptr;
+};
+
+// Products that do not depend on each other, and `jobs` more pieces of other work (job(0) .. job(jobs-1),
+// independent of each other and of the products, e.g. a bias's gradient by column blocks), in one parallel
+// region: each wakes the threads once instead of once a product (about 43 µs each on these 2-core VMs with
+// passive waiting, see configure_runtime: a linear layer's backward opened three regions, now one). The
+// products are cut into the same tiles as gemm's and gemm_batched's and each tile is one single-threaded
+// call, so C is bit-identical to calling gemm_batched on each product in turn, on any thread count; the
+// threads take tiles and jobs as they come free (they differ in size).
+void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs = 0,
+                const std::function<void(std::int64_t)>& job = {});
 
 // The same product with three plain loops: the reference the tests compare gemm (and matmul) against.
 void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
@@ -93,6 +122,20 @@ private:
     struct Packed;  // blas.cpp: the packed copies, made at first use
     std::map<const real*, std::pair<std::int64_t, std::int64_t>> matrices_;  // start -> (rows, cols)
     std::unique_ptr<Packed> packed_;
+};
+
+// While one lives, the wall time of every product (gemm, gemm_batched) called outside a parallel region is
+// summed: `bench train --profile` sets the time a step spends in its products against the rest. Products
+// inside others (gemm_batched's) count once; one lives at a time (a second one throws std::logic_error).
+class ProductTimer {
+public:
+    ProductTimer();
+    ~ProductTimer();
+    ProductTimer(const ProductTimer&) = delete;
+    ProductTimer& operator=(const ProductTimer&) = delete;
+
+    double ms = 0;           // summed wall time
+    std::int64_t calls = 0;  // products timed
 };
 
 void set_threads(int n);   // n <= 0: all cores

@@ -45,7 +45,7 @@ void add_bench_command(CLI::App& app) {
     train->add_flag("--eval-greedy", o->eval_greedy, "Also time greedy decoding of one batch for exactly tgt-len steps");
     train->add_option("--eval-reps", o->eval_reps, "Timed greedy repetitions")->capture_default_str();
     train->add_option("--name", o->name, "Label copied into the JSON line");
-    train->add_option("--profile", o->profile, "After timing, N steps with per-op backward timers (printed)")
+    train->add_option("--profile", o->profile, "After timing, N steps with per-op timers for both passes and the time in matrix products (printed)")
         ->capture_default_str();
     add_precision_option(*train, *precision);
     train->add_flag("--bf16", *bf16, "Same as --precision bf16 (torch_ref.py's flag, so that compare.sh can pass it to both)");

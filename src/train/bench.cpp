@@ -138,16 +138,35 @@ struct BenchRun {
 // Backward time by op, through backward()'s per-record hook. Each record is charged the time since the
 // previous one finished (or since backward began), which includes freeing what the previous record held:
 // the profiled pass frees memory exactly as an unprofiled one does.
+// With `products`, the part of each charge spent in products is summed apart, by op.
 struct OpTimer {
-    std::map<std::string, double> ms_by_op;  // summed over the profiled steps
+    std::map<std::string, double> ms_by_op;           // backward, summed over the profiled steps
+    std::map<std::string, double> product_ms_by_op;   // of which in products
+    std::map<std::string, double> forward_ms_by_op;   // forward, by the record each op appends
+    std::map<std::string, double> forward_product_ms_by_op;
     Clock::time_point last;
+    const ProductTimer* products = nullptr;
+    double last_product_ms = 0;
 
+    void start() {
+        last = Clock::now();
+        last_product_ms = products ? products->ms : 0;
+    }
+
+    // Charges the time since the previous call to `r`'s op in `ms` and `product_ms`.
+    void charge(const TapeRecord& r, std::map<std::string, double>& ms, std::map<std::string, double>& product_ms) {
+        const Clock::time_point now = Clock::now();
+        ms[r.op] += std::chrono::duration<double, std::milli>(now - last).count();
+        last = now;
+        if (!products) return;
+        product_ms[r.op] += products->ms - last_product_ms;
+        last_product_ms = products->ms;
+    }
     RecordHook hook() {
-        return [this](const TapeRecord& r) {
-            const Clock::time_point now = Clock::now();
-            ms_by_op[r.op] += std::chrono::duration<double, std::milli>(now - last).count();
-            last = now;
-        };
+        return [this](const TapeRecord& r) { charge(r, ms_by_op, product_ms_by_op); };
+    }
+    std::function<void(const TapeRecord&)> push_hook() {
+        return [this](const TapeRecord& r) { charge(r, forward_ms_by_op, forward_product_ms_by_op); };
     }
 };
 
@@ -158,13 +177,14 @@ double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, dou
     const BenchTrainOptions& o = run.options;
     const double lr = run.schedule.lr_at(++run.steps_taken);
     auto t0 = Clock::now();
+    if (ops) ops->start();
     Tensor logits = run.model.forward(b.src, o.batch, o.src_len, b.dec_in, o.tgt_len, Pass{&run.dropout_rng});  // (B, T, V)
     LossReport report;
     Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report, /*consume_logits=*/true);
     logits = Tensor();  // the tape holds what backward needs (and the loss's gradient takes the logits' memory)
     const double t_fwd = ms_since(t0);
     t0 = Clock::now();
-    if (ops) ops->last = t0;
+    if (ops) ops->start();
     backward(loss, /*keep_tape=*/false, ops ? ops->hook() : RecordHook{});
     const double t_bwd = ms_since(t0);
     t0 = Clock::now();
@@ -288,27 +308,57 @@ void time_greedy(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     *log << buf << std::flush;
 }
 
-// `profile` more training steps with the backward pass timed op by op; the log gets a table, slowest first.
+// Prints one pass's ops, slowest first: ms per step, share of the pass, and the part in products.
+void print_ops(std::ostream& log, const char* pass, const std::map<std::string, double>& ms_by_op,
+               const std::map<std::string, double>& product_ms_by_op, std::int64_t steps) {
+    double sum = 0;
+    std::vector<std::pair<double, std::string>> rows;
+    for (auto& [op, ms] : ms_by_op) {
+        rows.push_back({ms / double(steps), op});
+        sum += ms / double(steps);
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    char buf[256];
+    for (auto& [ms, op] : rows) {
+        auto p = product_ms_by_op.find(op);
+        const double product_ms = p == product_ms_by_op.end() ? 0 : p->second / double(steps);
+        std::snprintf(buf, sizeof buf, "  %s %-24s %8.2f ms %5.1f%%   products %6.2f, the rest %6.2f\n", pass,
+                      op.c_str(), ms, 100 * ms / std::max(sum, 1e-12), product_ms, ms - product_ms);
+        log << buf;
+    }
+}
+
+// `profile` more training steps with both passes timed op by op (each op charged the time since the
+// previous op's record, forward or backward) and the products' wall time summed apart (ProductTimer); the
+// log gets the tables, slowest first.
 void profile_backward(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     const std::int64_t n = run.options.profile;
     std::map<std::string, double> phase;
+    ProductTimer products;
     OpTimer ops;
+    ops.products = &products;
+    struct PushHook {  // on for the profiled steps only, whatever they throw
+        explicit PushHook(OpTimer& ops) { tape().set_push_hook(ops.push_hook()); }
+        ~PushHook() { tape().set_push_hook({}); }
+    } push_hook(ops);
     for (std::int64_t i = 0; i < n; ++i) train_step(run, run.batches[i % kBatches], &phase, &ops);
-    double sum = 0;
-    for (auto& [op, ms] : ops.ms_by_op) sum += (res.backward_ms_by_op[op] = ms / double(n));
+    res.profile_step_ms = (phase["fwd"] + phase["bwd"] + phase["clip"] + phase["optim"]) / double(n);
+    res.profile_products_ms = products.ms / double(n);
+    for (auto& [op, ms] : ops.ms_by_op) res.backward_ms_by_op[op] = ms / double(n);
+    for (auto& [op, ms] : ops.forward_ms_by_op) res.forward_ms_by_op[op] = ms / double(n);
     if (!log) return;
-    std::vector<std::pair<double, std::string>> rows;
-    for (auto& [op, ms] : res.backward_ms_by_op) rows.push_back({ms, op});
-    std::sort(rows.rbegin(), rows.rend());
     char buf[256];
     std::snprintf(buf, sizeof buf, "profile over %lld steps (ms/step): fwd %.1f, bwd %.1f (per op below), clip %.1f, optim %.1f\n",
                   (long long)n, phase["fwd"] / double(n), phase["bwd"] / double(n), phase["clip"] / double(n),
                   phase["optim"] / double(n));
     *log << buf;
-    for (auto& [ms, op] : rows) {
-        std::snprintf(buf, sizeof buf, "  backward %-16s %8.2f ms  %5.1f%%\n", op.c_str(), ms, 100 * ms / std::max(sum, 1e-12));
-        *log << buf;
-    }
+    std::snprintf(buf, sizeof buf, "  products (%lld a step) %.1f ms of the step's %.1f (%.1f%%); the rest %.1f ms\n",
+                  (long long)(products.calls / n), res.profile_products_ms, res.profile_step_ms,
+                  100 * res.profile_products_ms / std::max(res.profile_step_ms, 1e-12),
+                  res.profile_step_ms - res.profile_products_ms);
+    *log << buf;
+    print_ops(*log, "forward ", ops.forward_ms_by_op, ops.forward_product_ms_by_op, n);
+    print_ops(*log, "backward", ops.ms_by_op, ops.product_ms_by_op, n);
     *log << std::flush;
 }
 
@@ -413,7 +463,12 @@ std::string BenchTrainResult::to_json() const {
         j["greedy_tokens_per_s_best"] = greedy_tokens_per_s_best;
         j["greedy_note"] = "key/value cache: one new position per step; fixed T steps, no early stop";
     }
-    if (!backward_ms_by_op.empty()) j["profile_backward_ms_by_op"] = backward_ms_by_op;
+    if (!backward_ms_by_op.empty()) {
+        j["profile_backward_ms_by_op"] = backward_ms_by_op;
+        j["profile_forward_ms_by_op"] = forward_ms_by_op;
+        j["profile_step_ms"] = profile_step_ms;
+        j["profile_products_ms"] = profile_products_ms;
+    }
     j["peak_rss_mb"] = peak_rss_mb;
     j["pool_peak_mb"] = pool_peak_mb;
     j["rss_after_model_mb"] = rss_after_model_mb;
