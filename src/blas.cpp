@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -516,8 +517,12 @@ bool held_product(const GemmCall& c) {
 
 void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, const std::function<void(std::int64_t)>& job) {
     const TimedProduct timed;
-    std::vector<Planned> planned;
-    planned.reserve(products.size());
+    // The plans, on the stack: a group is a few products, and attention_heads calls gemm thousands of times a
+    // step, where a heap allocation per call would show.
+    constexpr std::size_t kMaxProducts = 8;
+    if (products.size() > kMaxProducts) throw std::logic_error("gemm_group: more than 8 products in one group");
+    std::array<Planned, kMaxProducts> plans;
+    std::size_t planned_count = 0;
     // bf16 copies of large products' operands, kept for the thread's next call (jobs must not call gemm).
     thread_local std::vector<std::vector<bf16_t>> rounded;
     std::int64_t items = 0, small_work = 0;
@@ -536,7 +541,7 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
             any_large = true;
 #ifndef TAPEFORMER_F64
             if (g_precision == Precision::BF16) {  // A and B rounded into dense bf16 copies, product by product
-                const std::size_t slot = 2 * planned.size();
+                const std::size_t slot = 2 * planned_count;
                 if (rounded.size() < slot + 2) rounded.resize(slot + 2);
                 std::vector<bf16_t>&a16 = rounded[slot], &b16 = rounded[slot + 1];
                 const std::int64_t an = a_rows(c) * a_cols(c), bn = b_rows(c) * b_cols(c);
@@ -555,13 +560,13 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
             small_work += c.batch * work;
         }
         items += p.items;
-        planned.push_back(p);
+        plans[planned_count++] = p;
     }
     // Item i: the products' items in order, then the jobs.
     auto run = [&](std::int64_t i) {
-        for (const Planned& p : planned) {
-            if (i < p.items) return run_item(p, i);
-            i -= p.items;
+        for (std::size_t k = 0; k < planned_count; ++k) {
+            if (i < plans[k].items) return run_item(plans[k], i);
+            i -= plans[k].items;
         }
         job(i);
     };
@@ -569,8 +574,14 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
     // A region unless this thread is in one already or the work is small (waking the threads costs as much
     // as a small product). A large product always runs in one, so that OpenBLAS, inside it, does not split
     // a tile by the thread count.
+    // (A plain loop otherwise: even an inactive region costs a team's setup, which shows on the small
+    // products of attention_heads.)
     const bool threaded = !omp_in_parallel() && (any_large || (total > 1 && small_work >= kParallelGrain));
-#pragma omp parallel for schedule(dynamic) if (threaded)
+    if (!threaded) {
+        for (std::int64_t i = 0; i < total; ++i) run(i);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic)
     for (std::int64_t i = 0; i < total; ++i) run(i);
 }
 

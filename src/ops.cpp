@@ -701,6 +701,36 @@ Tensor additive_scores(const Tensor& q, const Tensor& k, const Tensor& v) {
 
 // ---- softmax, log_softmax ---------------------------------------------------------------------------------
 
+namespace {
+
+// One row: y = softmax(x + mask) over N values, the mask read with stride mstride (mask may be null). In
+// place when y == x. A row masked everywhere gives zeros.
+void softmax_row(const real* x, const real* mask, std::int64_t mstride, std::int64_t N, real* y) {
+    if (mask)
+        for (std::int64_t j = 0; j < N; ++j) y[j] = x[j] + mask[j * mstride];
+    else if (y != x)
+        std::memcpy(y, x, N * sizeof(real));
+    const real mx = lane_max(y, N);
+    if (mx == -std::numeric_limits<real>::infinity()) {  // everything masked
+        std::fill(y, y + N, real(0));
+        return;
+    }
+    const real total = lane_sum(N, [&](std::int64_t j) { return y[j] = exp_fast(y[j] - mx); });
+    const real inv = real(1) / total;
+    for (std::int64_t j = 0; j < N; ++j) y[j] *= inv;
+}
+
+// One row of softmax's backward, dx_j (=|+=) y_j (g_j − Σ_k g_k y_k), from the output y and its gradient g.
+void softmax_backward_row(const real* g, const real* y, std::int64_t N, real* dx, bool overwrite) {
+    const real dot = lane_sum(N, [&](std::int64_t j) { return g[j] * y[j]; });
+    if (overwrite)
+        for (std::int64_t j = 0; j < N; ++j) dx[j] = y[j] * (g[j] - dot);
+    else
+        for (std::int64_t j = 0; j < N; ++j) dx[j] += y[j] * (g[j] - dot);
+}
+
+}  // namespace
+
 Tensor softmax(const Tensor& a, const Tensor& mask) {
     require_defined("softmax", a, "input");
     if (a.rank() == 0) fail("softmax", "needs at least one axis");
@@ -720,41 +750,19 @@ Tensor softmax(const Tensor& a, const Tensor& mask) {
     real* y = out.data();
 #pragma omp parallel for schedule(static) if (rows * N >= kParallelGrain)
     for (std::int64_t r = 0; r < rows; ++r) {
-        const real* xr = x + r * N;
-        real* yr = y + r * N;
         const real* mr = nullptr;
         if (m) {
             std::int64_t i2 = r % n[2], i1 = (r / n[2]) % n[1], i0 = r / (n[2] * n[1]);
             mr = m + i0 * mstride[0] + i1 * mstride[1] + i2 * mstride[2];
         }
-        if (mr)
-            for (std::int64_t j = 0; j < N; ++j) yr[j] = xr[j] + mr[j * mlast];
-        else
-            std::memcpy(yr, xr, N * sizeof(real));
-        const real mx = lane_max(yr, N);
-        if (mx == -std::numeric_limits<real>::infinity()) {  // everything masked
-            std::fill(yr, yr + N, real(0));
-            continue;
-        }
-        const real total = lane_sum(N, [&](std::int64_t j) { return yr[j] = exp_fast(yr[j] - mx); });
-        const real inv = real(1) / total;
-        for (std::int64_t j = 0; j < N; ++j) yr[j] *= inv;
+        softmax_row(x + r * N, mr, mlast, N, y + r * N);
     }
     if (!needs_grad({&a})) return out;
     return record("softmax", out, {a}, [N, rows](Tensor& y, std::vector<Tensor>& in) {
-        // dx_j = y_j (g_j − Σ_k g_k y_k)
         const real *g = y.grad(), *p = y.data();
         const GradTarget dx = in[0].grad_target();
 #pragma omp parallel for schedule(static) if (rows * N >= kParallelGrain)
-        for (std::int64_t r = 0; r < rows; ++r) {
-            const real *gr = g + r * N, *pr = p + r * N;
-            const real dot = lane_sum(N, [&](std::int64_t j) { return gr[j] * pr[j]; });
-            real* dr = dx.data + r * N;
-            if (dx.overwrite)
-                for (std::int64_t j = 0; j < N; ++j) dr[j] = pr[j] * (gr[j] - dot);
-            else
-                for (std::int64_t j = 0; j < N; ++j) dr[j] += pr[j] * (gr[j] - dot);
-        }
+        for (std::int64_t r = 0; r < rows; ++r) softmax_backward_row(g + r * N, p + r * N, N, dx.data + r * N, dx.overwrite);
     });
 }
 
@@ -798,6 +806,7 @@ namespace {
 struct DropoutDraws {
     std::uint64_t seed = 0, base = 0, threshold = 0;
     real keep_scale = 1;  // 1/(1−p)
+    DropoutDraws() = default;  // draws nothing: for an op that does not drop
     DropoutDraws(Rng& rng, std::int64_t n, real p)
         : seed(rng.seed), base(rng.reserve(static_cast<std::uint64_t>(n))),
           threshold(static_cast<std::uint64_t>(double(p) * 0x1.0p53)), keep_scale(real(1) / (real(1) - p)) {}
@@ -1013,6 +1022,113 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
     return record("relu_dropout", out, {a}, [keep_scale](Tensor& y, std::vector<Tensor>& in) {
         const real *g = y.grad(), *v = y.data();
         write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return v[i] > 0 ? g[i] * keep_scale : real(0); });
+    });
+}
+
+// ---- attention over heads read in place ---------------------------------------------------------------------
+// Per head (b, h), with Q (Tq, D), K, V (Tk, D) strided views of the inputs and s = 1/√D:
+//   forward:  P = softmax(s·Q Kᵀ + mask),  Pd = dropout(P),  context = Pd V
+//   backward: dPd = dC Vᵀ,  dV += Pdᵀ dC,  dP = dropout's backward of dPd,  dS = softmax's backward (P, dP),
+//             dQ += s·dS K,  dK += s·dSᵀ Q
+// The products are gemm's, with the shapes, α and order of the composed ops' products, and the rows are
+// softmax_row / softmax_backward_row and DropoutDraws: the same bits as the composition.
+
+Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
+                       std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training) {
+    const char* op = "attention_heads";
+    require_defined(op, xq, "queries");
+    require_defined(op, xkv, "keys and values");
+    check_dropout_probability(op, p);
+    if (xq.rank() != 3 || xkv.rank() != 3 || xq.size(0) != xkv.size(0))
+        fail(op, "needs queries (B, Tq, W) and keys/values (B, Tk, W'), got " + xq.shape().str() + " and " + xkv.shape().str());
+    const std::int64_t B = xq.size(0), Tq = xq.size(1), Wq = xq.size(2), Tk = xkv.size(1), Wkv = xkv.size(2), C = H * D;
+    if (H <= 0 || D <= 0 || q_at < 0 || q_at + C > Wq || k_at < 0 || k_at + C > Wkv || v_at < 0 || v_at + C > Wkv)
+        fail(op, std::to_string(H) + " heads of " + std::to_string(D) + " at columns " + std::to_string(q_at) + " (queries), " +
+                     std::to_string(k_at) + ", " + std::to_string(v_at) + " (keys, values) do not fit " + xq.shape().str() +
+                     " and " + xkv.shape().str());
+    const Shape weights_shape{B, H, Tq, Tk};
+    std::int64_t ms[4] = {0, 0, 0, 0};  // the mask's strides over (B, H, Tq, Tk)
+    if (mask.defined()) {
+        if (mask.rank() > 4) fail(op, "mask " + mask.shape().str() + " has more than 4 axes");
+        const Broadcast bc = broadcast(op, weights_shape, mask.shape());
+        if (bc.out != weights_shape) fail(op, "mask " + mask.shape().str() + " does not broadcast to " + weights_shape.str());
+        std::copy(bc.sb, bc.sb + 4, ms);
+    }
+    const bool drop = training && p > 0;
+    const DropoutDraws draws = drop ? DropoutDraws(rng, weights_shape.numel(), p) : DropoutDraws();
+    const real scale = real(1) / std::sqrt(real(D));
+    Tensor weights = Tensor::empty(weights_shape);  // P, kept for backward
+    Tensor out = Tensor::empty({B, Tq, C});
+    const real *pq = xq.data(), *pkv = xkv.data(), *pm = mask.defined() ? mask.data() : nullptr;
+    real *pw = weights.data(), *py = out.data();
+    // Pd of head i (its dropout applied to P) into `to`, (Tq, Tk).
+    auto dropped = [=](std::int64_t i, const real* P, real* to) {
+        for (std::int64_t j = 0; j < Tq * Tk; ++j) to[j] = draws.apply(i * Tq * Tk + j, P[j]);
+    };
+    const std::int64_t work = B * H * Tq * Tk * D;
+#pragma omp parallel for schedule(static) if (work >= kParallelGrain)
+    for (std::int64_t i = 0; i < B * H; ++i) {
+        const std::int64_t b = i / H, h = i % H;
+        const real* Q = pq + b * Tq * Wq + q_at + h * D;
+        const real* K = pkv + b * Tk * Wkv + k_at + h * D;
+        const real* V = pkv + b * Tk * Wkv + v_at + h * D;
+        real* P = pw + i * Tq * Tk;
+        gemm(false, true, Tq, Tk, D, scale, Q, Wq, K, Wkv, 0, P, Tk);  // s·Q Kᵀ (Tq, Tk)
+        for (std::int64_t t = 0; t < Tq; ++t)
+            softmax_row(P + t * Tk, pm ? pm + b * ms[0] + h * ms[1] + t * ms[2] : nullptr, ms[3], Tk, P + t * Tk);
+        const real* A = P;
+        thread_local std::vector<real> scratch;  // Pd
+        if (drop) {
+            scratch.resize(std::size_t(Tq * Tk));
+            dropped(i, P, scratch.data());
+            A = scratch.data();
+        }
+        gemm(false, false, Tq, D, Tk, 1, A, Tk, V, Wkv, 0, py + b * Tq * C + h * D, C);  // Pd V (Tq, D)
+    }
+    if (!needs_grad({&xq, &xkv})) return out;
+    const bool self = xkv.same_storage(xq);  // one gradient buffer: the heads' columns of it are disjoint
+    if (self && (xkv.data() != xq.data() || xkv.shape() != xq.shape()))
+        fail(op, "keys/values " + xkv.shape().str() + " are another view of the queries' storage " + xq.shape().str());
+    std::vector<Tensor> inputs{xq};
+    if (!self) inputs.push_back(xkv);
+    return record(op, out, std::move(inputs),
+                  [=](Tensor& y, std::vector<Tensor>& in) {
+        const real* g = y.grad();  // (B, Tq, C)
+        // The heads' gradients go to disjoint columns of the inputs' gradients, added to what is there.
+        real* dxq = in[0].requires_grad() ? in[0].grad() : nullptr;
+        real* dxkv = self ? dxq : (in[1].requires_grad() ? in[1].grad() : nullptr);
+        const real* P_all = weights.data();
+#pragma omp parallel for schedule(static) if (work >= kParallelGrain)
+        for (std::int64_t i = 0; i < B * H; ++i) {
+            const std::int64_t b = i / H, h = i % H;
+            const real* Q = pq + b * Tq * Wq + q_at + h * D;
+            const real* K = pkv + b * Tk * Wkv + k_at + h * D;
+            const real* V = pkv + b * Tk * Wkv + v_at + h * D;
+            const real* P = P_all + i * Tq * Tk;
+            const real* dC = g + b * Tq * C + h * D;  // (Tq, D), row stride C
+            thread_local std::vector<real> pd, dp;
+            thread_local std::vector<std::uint8_t> kept;  // the head's dropout draws, hashed once for both uses
+            pd.resize(std::size_t(Tq * Tk));
+            dp.resize(std::size_t(Tq * Tk));
+            const real* A = P;
+            if (drop) {
+                kept.resize(std::size_t(Tq * Tk));
+                for (std::int64_t j = 0; j < Tq * Tk; ++j) {
+                    kept[j] = draws.keeps(i * Tq * Tk + j);
+                    pd[j] = kept[j] ? P[j] * draws.keep_scale : real(0);  // DropoutDraws::apply
+                }
+                A = pd.data();
+            }
+            gemm(false, true, Tq, Tk, D, 1, dC, C, V, Wkv, 0, dp.data(), Tk);  // dPd = dC Vᵀ (Tq, Tk)
+            if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, 1, dxkv + b * Tk * Wkv + v_at + h * D, Wkv);  // dV += Pdᵀ dC
+            if (drop)
+                for (std::int64_t j = 0; j < Tq * Tk; ++j) dp[j] = kept[j] ? dp[j] * draws.keep_scale : real(0);  // dP
+            for (std::int64_t t = 0; t < Tq; ++t)  // dS, over dP
+                softmax_backward_row(dp.data() + t * Tk, P + t * Tk, Tk, pd.data() + t * Tk, true);
+            const real* dS = pd.data();
+            if (dxq) gemm(false, false, Tq, D, Tk, scale, dS, Tk, K, Wkv, 1, dxq + b * Tq * Wq + q_at + h * D, Wq);     // dQ += s·dS K
+            if (dxkv) gemm(true, false, Tk, D, Tq, scale, dS, Tk, Q, Wq, 1, dxkv + b * Tk * Wkv + k_at + h * D, Wkv);  // dK += s·dSᵀ Q
+        }
     });
 }
 

@@ -139,18 +139,32 @@ TEST_CASE("determinism: a model's loss and every gradient give the same bits on 
             target[b * T + i] = i < t_len ? 4 + std::int32_t(data.below(496)) : 0;
         }
     }
-    check_same_on_every_thread_count([&] {
+    auto step = [&](bool fuse_attention) {
         tf::Transformer model(config, 11);
         tf::Rng dropout(5);
         tf::Pass pass;
         pass.dropout_rng = &dropout;
+        pass.fuse_attention = fuse_attention;
         Tensor logits = model.forward(src, B, S, dec_in, T, pass);
         Tensor loss = tf::sequence_loss(logits, target, 0, real(0.1));
         tf::backward(loss);
         std::vector<std::vector<real>> out{loss.to_vector()};
         for (const auto& p : model.parameters()) out.emplace_back(p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
         return out;
-    });
+    };
+    check_same_on_every_thread_count([&] { return step(false); });
+    SECTION("and attention as one op (ops.h attention_heads) gives the composed ops' bits") {
+        const std::vector<std::vector<real>> composed = step(false);
+        check_same_on_every_thread_count([&] {
+            const std::vector<std::vector<real>> fused = step(true);
+            REQUIRE(fused.size() == composed.size());
+            for (std::size_t i = 0; i < fused.size(); ++i) {
+                INFO("result " << i << " (0: the loss, then the parameters' gradients)");
+                CHECK(fused[i] == composed[i]);
+            }
+            return fused;
+        });
+    }
 }
 
 TEST_CASE("determinism: a model's gradients do not depend on what the buffers held before (ops that overwrite a "

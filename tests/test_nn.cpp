@@ -5,8 +5,10 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <string>
 
 #include "tapeformer/autograd.h"
+#include "tapeformer/gradcheck.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/optim.h"
@@ -300,4 +302,42 @@ TEST_CASE("a key/value cache is for inference only and reads its own mask", "[nn
     CHECK(cache.length == 1);
     Tensor three = Tensor::full({3, 1, 16}, 0.1);
     CHECK_THROWS_WITH(attn.forward(three, three, Tensor(), Pass{}, &cache), Catch::Contains("select_rows"));
+}
+
+TEST_CASE("attention as one op: the tape holds attention_heads where it applies, the composed ops elsewhere", "[nn]") {
+    MultiHeadAttention attn(16, 4, real(0.2));
+    Rng init(3);
+    attn.init(init);
+    Tensor x = random_tensor({2, 5, 16}, 4, -1, 1, true);
+    auto ops_recorded = [&](Pass pass) {
+        tape().clear();
+        Rng rng(9);
+        pass.dropout_rng = &rng;
+        attn.forward(x, x, causal_mask(5), pass);
+        std::set<std::string> ops;
+        for (const TapeRecord& r : tape().records()) ops.insert(r.op);
+        tape().clear();
+        return ops;
+    };
+    Pass fused;
+    fused.fuse_attention = true;
+    CHECK(ops_recorded(fused).count("attention_heads") == 1);
+    CHECK(ops_recorded(fused).count("slice_heads") == 0);
+    CHECK(ops_recorded(Pass{}).count("slice_heads") == 1);  // a reader of the tape sees the textbook's steps
+    Pass kept = fused;
+    kept.keep_attention = true;  // the weights are wanted: composed
+    CHECK(ops_recorded(kept).count("attention_heads") == 0);
+    attn.gate = Tensor::full({1, 4, 1, 1}, 1).set_requires_grad(true);  // a head study: composed
+    CHECK(ops_recorded(fused).count("attention_heads") == 0);
+}
+
+TEST_CASE("attention_heads refuses heads that do not fit and masks that do not broadcast", "[nn]") {
+    Rng rng(1);
+    Tensor qkv = Tensor::zeros({2, 3, 12}), q = Tensor::zeros({2, 3, 4});
+    CHECK_THROWS_WITH(attention_heads(qkv, 0, qkv, 4, 9, 2, 2, Tensor(), 0, rng),
+                      Catch::Contains("attention_heads") && Catch::Contains("do not fit"));
+    CHECK_THROWS_WITH(attention_heads(q, 0, Tensor::zeros({3, 4, 8}), 0, 4, 2, 2, Tensor(), 0, rng),
+                      Catch::Contains("(B, Tq, W)"));
+    CHECK_THROWS_WITH(attention_heads(qkv, 0, qkv, 4, 8, 2, 2, Tensor::zeros({1, 1, 3, 4}), 0, rng),
+                      Catch::Contains("attention_heads") && Catch::Contains("(1, 1, 3, 4) do not broadcast"));
 }

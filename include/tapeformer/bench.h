@@ -38,6 +38,7 @@ struct BenchTrainOptions {
     double clip = 1.0;               // gradient-norm clipping; <= 0: none
     bool tie_embeddings = false;     // one table for source, target and output projection
     std::uint64_t seed = 0;          // model initialisation and batches
+    bool composed_attention = false; // attention as the composed ops instead of ops.h's attention_heads (to compare)
     bool eval_greedy = false;        // also time greedy decoding of the first batch for exactly T steps
     std::int64_t eval_reps = 3;      // timed greedy repetitions (after one untimed)
     std::string name;                // copied into the result

@@ -89,6 +89,18 @@ Tensor dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 // backward (the feed-forward network's activation). relu(a) when p == 0 or training is false.
 Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 
+// ---- attention ------------------------------------------------------------------------------------------
+// Scaled dot-product attention over H heads of D values, read in place: the same numbers and draws as
+// attention.cpp's composition of slice_heads, matmul(q, kᵀ, 1/√D), softmax(·, mask), dropout, matmul(·, v)
+// and merge_heads — one op, one parallel region a pass (over the B·H heads, each computed by one thread),
+// no copies of the heads. Queries are columns [q_at, q_at + H·D) of xq (B, Tq, Wq); keys and values are
+// columns [k_at, k_at + H·D) and [v_at, v_at + H·D) of xkv (B, Tk, Wkv), which may be xq itself
+// (self-attention's fused Q, K, V). mask (optional) broadcasts to (B, H, Tq, Tk) as softmax's does; dropout
+// with probability p on the weights when `training`, drawn from rng. Returns the heads' contexts side by
+// side, (B, Tq, H·D). Backward keeps the weights (B, H, Tq, Tk) and draws the dropout mask again.
+Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
+                       std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training = true);
+
 // ---- stochastic gates (L0 regularisation) ---------------------------------------------------------------
 // The Hard-Concrete gate of Louizos, Welling & Kingma (2018), one per element of log_alpha: a value in [0, 1]
 // that is exactly 0 (and exactly 1) with non-zero probability, yet differentiable in log α:

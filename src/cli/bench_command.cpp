@@ -42,6 +42,9 @@ void add_bench_command(CLI::App& app) {
     train->add_option("--clip", o->clip, "Gradient-norm clipping (<= 0: none)")->capture_default_str();
     train->add_flag("--tie-embeddings", o->tie_embeddings, "Share source, target embeddings and output projection");
     train->add_option("--seed", o->seed, "Seed of the model and the batches")->capture_default_str();
+    train->add_flag("--composed-attention", o->composed_attention,
+                    "Run attention as the composed ops a tape shows (slice_heads, matmul, softmax, dropout, permute) "
+                    "instead of the fused attention_heads that train uses: the same numbers, to compare the speed");
     train->add_flag("--eval-greedy", o->eval_greedy, "Also time greedy decoding of one batch for exactly tgt-len steps");
     train->add_option("--eval-reps", o->eval_reps, "Timed greedy repetitions")->capture_default_str();
     train->add_option("--name", o->name, "Label copied into the JSON line");

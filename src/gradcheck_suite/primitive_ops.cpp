@@ -146,6 +146,25 @@ void check_additive_scores(OpChecks& c) {
             {c.rnd({2, 2, 3, 4}), c.rnd({2, 2, 5, 4}), c.rnd({2, 4})});
 }
 
+// Attention over heads read in place: self-attention on a fused (B, T, 3C) Q, K, V with a causal mask and
+// dropout, and cross-attention from (B, Tq, C) queries to a (B, Tk, 2C) key/value tensor with a key mask.
+void check_attention_heads(OpChecks& c) {
+    const real inf = std::numeric_limits<real>::infinity();
+    Tensor causal = Tensor::zeros({1, 1, 3, 3});
+    for (int t = 0; t < 3; ++t)
+        for (int s = t + 1; s < 3; ++s) causal.data()[t * 3 + s] = -inf;
+    c.check("attention_heads self, causal, dropout p=0.3", [causal](auto& x) {
+        Rng rng(5);
+        return attention_heads(x[0], 0, x[0], 4, 8, 2, 2, causal, real(0.3), rng);
+    }, {c.rnd({2, 3, 12})});
+    Tensor key_mask = Tensor::zeros({2, 1, 1, 4});
+    key_mask.data()[4 + 3] = -inf;  // the last key of batch row 1 is padding
+    c.check("attention_heads cross, key padding mask", [key_mask](auto& x) {
+        Rng rng(5);
+        return attention_heads(x[0], 0, x[1], 0, 4, 2, 2, key_mask, real(0), rng);
+    }, {c.rnd({2, 3, 4}), c.rnd({2, 4, 8})});
+}
+
 // Layer norm, and the fused residual add + layer norm of post-norm layers.
 void check_layer_norm(OpChecks& c) {
     c.check("layer_norm", [](auto& x) { return layer_norm(x[0], x[1], x[2]); },
@@ -216,6 +235,7 @@ void run_all(OpChecks& c) {
     check_activations(c);
     check_softmax(c);
     check_additive_scores(c);
+    check_attention_heads(c);
     check_layer_norm(c);
     check_dropout(c);
     check_gates(c);

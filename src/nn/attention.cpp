@@ -1,5 +1,7 @@
 // Multi-head attention, composed from the primitive ops: no backward code here. The same forward serves
-// training and decoding; for decoding it reads and extends a key/value cache (KVCache, at the end).
+// training and decoding; for decoding it reads and extends a key/value cache (KVCache, at the end). With
+// Pass::fuse_attention (training's and bench train's passes) the part between the projections runs as one
+// op, ops.h's attention_heads, which computes exactly what attend() composes, without copying the heads.
 #include "tapeformer/nn/attention.h"
 
 #include <algorithm>
@@ -109,6 +111,19 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
                                     key_value.shape().str() + " must be (B, T, " + std::to_string(C) + ")");
     if (cache && tape().recording())
         throw std::logic_error("attention: a key/value cache is for inference only (run it under NoGradGuard)");
+    const bool fused = pass.fuse_attention && score == AttentionScore::Dot && !cache && !pass.keep_attention &&
+                       !gate.requires_grad() && is_all_ones(gate);
+    if (fused) {  // the same numbers as attend() below, in one op (ops.h attention_heads)
+        Rng unused;
+        Rng& rng = pass.training() ? *pass.dropout_rng : unused;
+        if (self) {
+            Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)
+            return out_proj.forward(attention_heads(qkv, 0, qkv, C, 2 * C, H, D, mask, dropout_p, rng, pass.training()));
+        }
+        Tensor q = linear(query, in_proj_weight.rows(0, C), in_proj_bias.rows(0, C));              // (B, Tq, C)
+        Tensor kv = linear(key_value, in_proj_weight.rows(C, 3 * C), in_proj_bias.rows(C, 3 * C));  // (B, Tk, 2C)
+        return out_proj.forward(attention_heads(q, 0, kv, 0, C, H, D, mask, dropout_p, rng, pass.training()));
+    }
     if (self) {
         // Self-attention: Q, K, V from one (B, T, C) @ (3C, C)ᵀ product.
         Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)

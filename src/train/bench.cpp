@@ -178,7 +178,9 @@ double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, dou
     const double lr = run.schedule.lr_at(++run.steps_taken);
     auto t0 = Clock::now();
     if (ops) ops->start();
-    Tensor logits = run.model.forward(b.src, o.batch, o.src_len, b.dec_in, o.tgt_len, Pass{&run.dropout_rng});  // (B, T, V)
+    Pass pass{&run.dropout_rng};
+    pass.fuse_attention = !o.composed_attention;  // as train does, unless asked
+    Tensor logits = run.model.forward(b.src, o.batch, o.src_len, b.dec_in, o.tgt_len, pass);  // (B, T, V)
     LossReport report;
     Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report, /*consume_logits=*/true);
     logits = Tensor();  // the tape holds what backward needs (and the loss's gradient takes the logits' memory)
@@ -431,7 +433,8 @@ std::string BenchTrainResult::to_json() const {
         {"d_model", o.d_model},           {"heads", o.heads},     {"ffn", o.ffn},
         {"enc_layers", enc_layers(o)},    {"dec_layers", dec_layers(o)}, {"vocab", o.vocab},
         {"batch", o.batch},               {"src_len", o.src_len}, {"tgt_len", o.tgt_len},
-        {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings}};
+        {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings},
+        {"composed_attention", o.composed_attention}};
     nlohmann::json j = {{"name", o.name},
                         {"impl", "tapeformer"},
                         {"threads", threads},

@@ -754,6 +754,7 @@ void Trainer::train_step(const Batch& b) {
     const double lr = c_.optim.schedule.lr_at(state_.step);
     LossReport report;
     Pass pass{&dropout_rng_};
+    pass.fuse_attention = true;  // the same numbers as the composed ops (ops.h attention_heads), faster
     const bool heads_step = c_.log_heads_every && state_.step % c_.log_heads_every == 0;
     pass.keep_attention = heads_step;  // the attention weights, for the entropy in heads.jsonl
     Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, pass);

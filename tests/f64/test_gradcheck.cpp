@@ -66,7 +66,8 @@ TEST_CASE("gradcheck: every primitive op passes (seed 1)", "[gradcheck]") {
                            "matmul (B,T,C) x W^T (linear)", "reshape", "permute (0,2,1,3)", "transpose (-1,-2)",
                            "concat_last", "slice_last", "sum axis 1", "mean axis 0", "sum_all", "relu", "gelu",
                            "softmax", "softmax + key padding mask", "softmax + causal mask", "log_softmax",
-                           "additive_scores", "layer_norm", "dropout p=0.3", "embedding", "cross_entropy (eps 0.1, ignore 0)",
+                           "additive_scores", "attention_heads self, causal, dropout p=0.3", "attention_heads cross, key padding mask",
+                           "layer_norm", "dropout p=0.3", "embedding", "cross_entropy (eps 0.1, ignore 0)",
                            "hard_concrete (sample, temperature 0.33)", "hard_concrete (evaluation)",
                            "hard_concrete_open"}) {
         INFO("op " << op);

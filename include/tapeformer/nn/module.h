@@ -24,6 +24,10 @@ ParamList unique_parameters(const ParamList& params);
 struct Pass {
     Rng* dropout_rng = nullptr;   // training: dropout masks come from here; nullptr: evaluation, no dropout
     bool keep_attention = false;  // attention modules keep their weights (B, H, Tq, Tk) for inspection
+    // Attention as one op over heads read in place (ops.h attention_heads: the same numbers, faster) instead
+    // of the composed ops a reader of the tape sees; where it applies (dot-product scores, no cache, no
+    // kept weights, every head's gate 1 and not trained). Training and bench train turn it on.
+    bool fuse_attention = false;
     bool training() const { return dropout_rng != nullptr; }
 };
 
