@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include <unistd.h>
@@ -185,47 +186,57 @@ Product make_product(const dnnl::matmul::primitive_desc& pd, const std::string& 
 }
 
 // Runs it on this thread's stream, with this thread's scratch buffer.
-void run_product(const Product& product, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c) {
+// `bias` (optional, a (1, n) row added to every row of C) for a primitive made with one.
+void run_product(const Product& product, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c,
+                 const dnnl::memory* bias = nullptr) {
     thread_local dnnl::stream stream(cpu_engine());
     thread_local std::vector<char> scratch;
     if (scratch.size() < product.scratch_bytes) scratch.resize(product.scratch_bytes);
     const dnnl::memory scratch_mem({{std::int64_t(product.scratch_bytes)}, dnnl::memory::data_type::u8, dnnl::memory::dims{1}},
                                    cpu_engine(), scratch.data());
-    product.matmul.execute(stream,
-                           {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratch_mem}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, *bias);
+    product.matmul.execute(stream, args);
     stream.wait();
 }
 
 // One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 (or fp32) with row strides lda, ldb
 // as stored.
 using TileKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::int64_t, float, float, bool>;  // ta, tb, m, n, K, lda, ldb, ldc, α, β, bf16
+                           std::int64_t, float, float, bool, bool>;  // ta, tb, m, n, K, lda, ldb, ldc, α, β, bf16, bias
 
 dnnl::memory::desc operand_desc(bool transposed, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool bf16) {
     using dt = dnnl::memory::data_type;
     return {{rows, cols}, bf16 ? dt::bf16 : dt::f32, transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1}};
 }
 
+dnnl::memory::desc bias_desc(std::int64_t n) { return {{1, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{n, 1}}; }
+
 Product make_tile_primitive(const TileKey& key) {
-    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16] = key;
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16, bias] = key;
     const dnnl::memory::desc c_md({m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(operand_desc(ta, m, K, lda, bf16), operand_desc(tb, K, n, ldb, bf16), c_md),
-        product_attr(alpha, beta), cpu_engine());
-    return make_product(pd, std::string("tile ") + (ta ? 'T' : 'N') + (tb ? 'T' : 'N'), bf16, m, n, K);
+    const dnnl::memory::desc a_md = operand_desc(ta, m, K, lda, bf16), b_md = operand_desc(tb, K, n, ldb, bf16);
+    const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_desc(n), c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+    const dnnl::matmul::primitive_desc pd(desc, product_attr(alpha, beta), cpu_engine());
+    return make_product(pd, std::string("tile ") + (ta ? 'T' : 'N') + (tb ? 'T' : 'N') + (bias ? " +bias" : ""), bf16, m, n, K);
 }
 
-[[maybe_unused]] void onednn_tile(const TileKey& key, const void* A, const void* B, float* C) {
+// C = α·op(A)·op(B) + β·C, or with `bias` (n values; the key says so, and then α = 1 and β = 0), op(A)·op(B)
+// + the bias on every row, added in the kernel.
+[[maybe_unused]] void onednn_tile(const TileKey& key, const void* A, const void* B, float* C, const float* bias = nullptr) {
     // Each thread keeps its own primitives and stream: no locks, and no primitive runs on two threads at once.
     thread_local std::map<TileKey, Product> primitives;
     OneThread one_thread;
     auto it = primitives.find(key);
     if (it == primitives.end()) it = primitives.emplace(key, make_tile_primitive(key)).first;
-    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16] = key;
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16, has_bias] = key;
     const dnnl::memory a(operand_desc(ta, m, K, lda, bf16), cpu_engine(), const_cast<void*>(A));
     const dnnl::memory b(operand_desc(tb, K, n, ldb, bf16), cpu_engine(), const_cast<void*>(B));
     const dnnl::memory c({{m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1}}, cpu_engine(), C);
-    run_product(it->second, a, b, c);
+    if (!has_bias) return run_product(it->second, a, b, c);
+    const dnnl::memory bias_mem(bias_desc(n), cpu_engine(), const_cast<float*>(bias));
+    run_product(it->second, a, b, c, &bias_mem);
 }
 
 }  // namespace
@@ -460,7 +471,16 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
     const GemmCall& c = p.call;
     real* C = c.C + e * c.c_step + m0 * c.ldc + n0;
     real beta = c.beta;
-    if (c.bias) {  // C starts as the bias rows, and the product is added to them
+#ifndef TAPEFORMER_F64
+    // oneDNN adds a bias in its kernel; elsewhere C starts as the bias rows, and the product is added to them
+    // (the same sum: the product's, plus the bias, rounded once).
+    const bool onednn = p.large && (g_precision == Precision::BF16 || cpu_has_avx512());
+#else
+    const bool onednn = false;
+#endif
+    // (oneDNN 2.x scales its bias by an output scale α: only for α = 1, a linear layer's.)
+    const bool kernel_bias = c.bias && onednn && c.alpha == real(1);
+    if (c.bias && !kernel_bias) {
         for (std::int64_t i = 0; i < m; ++i) std::memcpy(C + i * c.ldc, c.bias + n0, std::size_t(n) * sizeof(real));
         beta = 1;
     }
@@ -482,10 +502,12 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
         const bf16_t* B16 = p.B16 + e * b_rows(c) * bc;
         const bf16_t* A16i = c.trans_a ? A16 + m0 : A16 + m0 * ac;
         const bf16_t* B16i = c.trans_b ? B16 + n0 * bc : B16 + n0;
-        return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, ac, bc, c.ldc, c.alpha, beta, true}, A16i, B16i, C);
+        return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, ac, bc, c.ldc, c.alpha, kernel_bias ? 0 : beta, true, kernel_bias},
+                           A16i, B16i, C, kernel_bias ? c.bias + n0 : nullptr);
     }
-    if (p.large && cpu_has_avx512())
-        return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, c.lda, c.ldb, c.ldc, c.alpha, beta, false}, Ai, Bi, C);
+    if (onednn)
+        return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, c.lda, c.ldb, c.ldc, c.alpha, kernel_bias ? 0 : beta, false, kernel_bias},
+                           Ai, Bi, C, kernel_bias ? c.bias + n0 : nullptr);
 #endif
     gemm_impl(c.trans_a, c.trans_b, m, n, c.K, c.alpha, Ai, c.lda, Bi, c.ldb, beta, C, c.ldc);
 }

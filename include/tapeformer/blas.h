@@ -28,7 +28,8 @@ void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M
                   std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step);
 
 // One product of a group (gemm_group): `batch` products C_i = α·op(A_i)·op(B_i) + β·C_i as gemm_batched's,
-// or, with `bias` (N values), C_i = α·op(A_i)·op(B_i) + the bias on every row (β is then not used).
+// or, with `bias` (N values), C_i = α·op(A_i)·op(B_i) + the bias on every row (β is then not used): added in
+// the kernel where oneDNN runs the product, onto rows that start as the bias elsewhere (sgemm, held matrices).
 struct GemmCall {
     bool trans_a = false, trans_b = false;
     std::int64_t M = 0, N = 0, K = 0;
@@ -49,8 +50,8 @@ struct GemmCall {
 // region: each wakes the threads once instead of once a product (about 43 µs each on these 2-core VMs with
 // passive waiting, see configure_runtime: a linear layer's backward opened three regions, now one). The
 // products are cut into the same tiles as gemm's and gemm_batched's and each tile is one single-threaded
-// call, so C is bit-identical to calling gemm_batched on each product in turn, on any thread count; the
-// threads take tiles and jobs as they come free (they differ in size).
+// call, so C is bit-identical to running each product alone (gemm_batched, or a group of one where it has a
+// bias), on any thread count; the threads take tiles and jobs as they come free (they differ in size).
 void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs = 0,
                 const std::function<void(std::int64_t)>& job = {});
 
