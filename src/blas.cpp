@@ -526,6 +526,25 @@ void run_item(const Planned& p, std::int64_t i) {
 }
 
 #ifndef TAPEFORMER_F64
+// The bf16 copy of an operand of a large product: X (rows, cols) with row stride ld, `batch` of them `step`
+// apart, rounded into `buffer` — or the copy an earlier product of the group made of the same matrices (a
+// linear layer's backward multiplies dy by W and, transposed, by x: dy is rounded once).
+template <std::size_t N>
+const bf16_t* round_operand(const float* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch,
+                            std::int64_t step, std::vector<bf16_t>& buffer, const std::array<Planned, N>& plans,
+                            std::size_t planned) {
+    for (std::size_t k = 0; k < planned; ++k) {
+        const GemmCall& o = plans[k].call;
+        if (!plans[k].large || o.batch != batch) continue;
+        if (o.A == X && a_rows(o) == rows && a_cols(o) == cols && o.lda == ld && o.a_step == step) return plans[k].A16;
+        if (o.B == X && b_rows(o) == rows && b_cols(o) == cols && o.ldb == ld && o.b_step == step) return plans[k].B16;
+    }
+    const std::int64_t n = rows * cols;
+    buffer.resize(std::size_t(batch * n));
+    for (std::int64_t e = 0; e < batch; ++e) round_to_bf16(X + e * step, rows, cols, ld, buffer.data() + e * n);
+    return buffer.data();
+}
+
 // Whether a held matrix (FrozenMatrices) took the product: then it is done, computed on this thread.
 bool held_product(const GemmCall& c) {
     if (!g_frozen || c.batch != 1 || c.trans_a || !c.trans_b || c.K == 0 || !g_frozen->holds(c.B, c.N, c.K, c.ldb)) return false;
@@ -565,16 +584,8 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
             if (g_precision == Precision::BF16) {  // A and B rounded into dense bf16 copies, product by product
                 const std::size_t slot = 2 * planned_count;
                 if (rounded.size() < slot + 2) rounded.resize(slot + 2);
-                std::vector<bf16_t>&a16 = rounded[slot], &b16 = rounded[slot + 1];
-                const std::int64_t an = a_rows(c) * a_cols(c), bn = b_rows(c) * b_cols(c);
-                a16.resize(std::size_t(c.batch * an));
-                b16.resize(std::size_t(c.batch * bn));
-                for (std::int64_t e = 0; e < c.batch; ++e) {
-                    round_to_bf16(c.A + e * c.a_step, a_rows(c), a_cols(c), c.lda, a16.data() + e * an);
-                    round_to_bf16(c.B + e * c.b_step, b_rows(c), b_cols(c), c.ldb, b16.data() + e * bn);
-                }
-                p.A16 = a16.data();
-                p.B16 = b16.data();
+                p.A16 = round_operand(c.A, a_rows(c), a_cols(c), c.lda, c.batch, c.a_step, rounded[slot], plans, planned_count);
+                p.B16 = round_operand(c.B, b_rows(c), b_cols(c), c.ldb, c.batch, c.b_step, rounded[slot + 1], plans, planned_count);
             }
 #endif
         } else {
