@@ -1061,29 +1061,30 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
     Tensor out = Tensor::empty({B, Tq, C});
     const real *pq = xq.data(), *pkv = xkv.data(), *pm = mask.defined() ? mask.data() : nullptr;
     real *pw = weights.data(), *py = out.data();
-    // Pd of head i (its dropout applied to P) into `to`, (Tq, Tk).
-    auto dropped = [=](std::int64_t i, const real* P, real* to) {
-        for (std::int64_t j = 0; j < Tq * Tk; ++j) to[j] = draws.apply(i * Tq * Tk + j, P[j]);
+    // Where head i = (b, h) starts in xq (its Q), in xkv (its K and V) and in the output (its context).
+    struct HeadAt {
+        std::int64_t b, h, q, k, v, context;
+    };
+    auto head_at = [=](std::int64_t i) {
+        const std::int64_t b = i / H, h = i % H;
+        return HeadAt{b, h, b * Tq * Wq + q_at + h * D, b * Tk * Wkv + k_at + h * D, b * Tk * Wkv + v_at + h * D, b * Tq * C + h * D};
     };
     const std::int64_t work = B * H * Tq * Tk * D;
 #pragma omp parallel for schedule(static) if (work >= kParallelGrain)
     for (std::int64_t i = 0; i < B * H; ++i) {
-        const std::int64_t b = i / H, h = i % H;
-        const real* Q = pq + b * Tq * Wq + q_at + h * D;
-        const real* K = pkv + b * Tk * Wkv + k_at + h * D;
-        const real* V = pkv + b * Tk * Wkv + v_at + h * D;
+        const HeadAt at = head_at(i);
         real* P = pw + i * Tq * Tk;
-        gemm(false, true, Tq, Tk, D, scale, Q, Wq, K, Wkv, 0, P, Tk);  // s·Q Kᵀ (Tq, Tk)
+        gemm(false, true, Tq, Tk, D, scale, pq + at.q, Wq, pkv + at.k, Wkv, 0, P, Tk);  // s·Q Kᵀ (Tq, Tk)
         for (std::int64_t t = 0; t < Tq; ++t)
-            softmax_row(P + t * Tk, pm ? pm + b * ms[0] + h * ms[1] + t * ms[2] : nullptr, ms[3], Tk, P + t * Tk);
+            softmax_row(P + t * Tk, pm ? pm + at.b * ms[0] + at.h * ms[1] + t * ms[2] : nullptr, ms[3], Tk, P + t * Tk);
         const real* A = P;
         thread_local std::vector<real> scratch;  // Pd
         if (drop) {
             scratch.resize(std::size_t(Tq * Tk));
-            dropped(i, P, scratch.data());
+            for (std::int64_t j = 0; j < Tq * Tk; ++j) scratch[j] = draws.apply(i * Tq * Tk + j, P[j]);
             A = scratch.data();
         }
-        gemm(false, false, Tq, D, Tk, 1, A, Tk, V, Wkv, 0, py + b * Tq * C + h * D, C);  // Pd V (Tq, D)
+        gemm(false, false, Tq, D, Tk, 1, A, Tk, pkv + at.v, Wkv, 0, py + at.context, C);  // Pd V (Tq, D)
     }
     if (!needs_grad({&xq, &xkv})) return out;
     const bool self = xkv.same_storage(xq);  // one gradient buffer: the heads' columns of it are disjoint
@@ -1100,12 +1101,9 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
         const real* P_all = weights.data();
 #pragma omp parallel for schedule(static) if (work >= kParallelGrain)
         for (std::int64_t i = 0; i < B * H; ++i) {
-            const std::int64_t b = i / H, h = i % H;
-            const real* Q = pq + b * Tq * Wq + q_at + h * D;
-            const real* K = pkv + b * Tk * Wkv + k_at + h * D;
-            const real* V = pkv + b * Tk * Wkv + v_at + h * D;
+            const HeadAt at = head_at(i);
             const real* P = P_all + i * Tq * Tk;
-            const real* dC = g + b * Tq * C + h * D;  // (Tq, D), row stride C
+            const real* dC = g + at.context;  // (Tq, D), row stride C
             thread_local std::vector<real> pd, dp;
             thread_local std::vector<std::uint8_t> kept;  // the head's dropout draws, hashed once for both uses
             pd.resize(std::size_t(Tq * Tk));
@@ -1119,15 +1117,15 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
                 }
                 A = pd.data();
             }
-            gemm(false, true, Tq, Tk, D, 1, dC, C, V, Wkv, 0, dp.data(), Tk);  // dPd = dC Vᵀ (Tq, Tk)
-            if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, 1, dxkv + b * Tk * Wkv + v_at + h * D, Wkv);  // dV += Pdᵀ dC
+            gemm(false, true, Tq, Tk, D, 1, dC, C, pkv + at.v, Wkv, 0, dp.data(), Tk);  // dPd = dC Vᵀ (Tq, Tk)
+            if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, 1, dxkv + at.v, Wkv);  // dV += Pdᵀ dC
             if (drop)
                 for (std::int64_t j = 0; j < Tq * Tk; ++j) dp[j] = kept[j] ? dp[j] * draws.keep_scale : real(0);  // dP
             for (std::int64_t t = 0; t < Tq; ++t)  // dS, over dP
                 softmax_backward_row(dp.data() + t * Tk, P + t * Tk, Tk, pd.data() + t * Tk, true);
             const real* dS = pd.data();
-            if (dxq) gemm(false, false, Tq, D, Tk, scale, dS, Tk, K, Wkv, 1, dxq + b * Tq * Wq + q_at + h * D, Wq);     // dQ += s·dS K
-            if (dxkv) gemm(true, false, Tk, D, Tq, scale, dS, Tk, Q, Wq, 1, dxkv + b * Tk * Wkv + k_at + h * D, Wkv);  // dK += s·dSᵀ Q
+            if (dxq) gemm(false, false, Tq, D, Tk, scale, dS, Tk, pkv + at.k, Wkv, 1, dxq + at.q, Wq);  // dQ += s·dS K
+            if (dxkv) gemm(true, false, Tk, D, Tq, scale, dS, Tk, pq + at.q, Wq, 1, dxkv + at.k, Wkv);  // dK += s·dSᵀ Q
         }
     });
 }
