@@ -163,7 +163,8 @@ Tensor step_loss(Transformer& model, const std::vector<std::int32_t>& src_ids, c
     tape().set_recording(true);
     Rng rng(options.seed);
     Pass pass;
-    pass.dropout_rng = &rng;  // training: dropout on, as a training step runs
+    pass.dropout_rng = &rng;  // training: dropout on, as a training step runs (with attention's steps apart:
+                              // a training step runs them as one op, attention_heads, with the same numbers)
     Tensor logits = model.forward(src, 1, std::int64_t(src.size()), dec_in, std::int64_t(dec_in.size()), pass);  // (B, T, V)
     return sequence_loss(logits, target, c.pad_id, real(0.1));
 }
