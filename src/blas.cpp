@@ -473,7 +473,7 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
     real beta = c.beta;
 #ifndef TAPEFORMER_F64
     // oneDNN adds a bias in its kernel; elsewhere C starts as the bias rows, and the product is added to them
-    // (the same sum: the product's, plus the bias, rounded once).
+    // (the same sum, rounded by other kernels: the last bits differ).
     const bool onednn = p.large && (g_precision == Precision::BF16 || cpu_has_avx512());
 #else
     const bool onednn = false;

@@ -21,8 +21,8 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
 
 // `batch` products of one shape, C_i = α·op(A_i)·op(B_i) + β·C_i with A_i = A + i·a_step, B_i = B + i·b_step,
 // C_i = C + i·c_step. Small products (attention's 20×64·64×20) are shared out among the threads, each one
-// computed whole by one thread; large ones run one after another, each split into tiles by gemm. In bf16
-// the small ones go to oneDNN in a few batched calls instead of one call each.
+// computed whole by one thread; large ones are split into tiles as gemm's are, all the batch's tiles in one
+// parallel region (a group of one, gemm_group below).
 void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
                   real alpha, const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
                   std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step);
