@@ -529,10 +529,8 @@ void run_item(const Planned& p, std::int64_t i) {
 // The bf16 copy of an operand of a large product: X (rows, cols) with row stride ld, `batch` of them `step`
 // apart, rounded into `buffer` — or the copy an earlier product of the group made of the same matrices (a
 // linear layer's backward multiplies dy by W and, transposed, by x: dy is rounded once).
-template <std::size_t N>
 const bf16_t* round_operand(const float* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch,
-                            std::int64_t step, std::vector<bf16_t>& buffer, const std::array<Planned, N>& plans,
-                            std::size_t planned) {
+                            std::int64_t step, std::vector<bf16_t>& buffer, const Planned* plans, std::size_t planned) {
     for (std::size_t k = 0; k < planned; ++k) {
         const GemmCall& o = plans[k].call;
         if (!plans[k].large || o.batch != batch) continue;
@@ -584,8 +582,8 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
             if (g_precision == Precision::BF16) {  // A and B rounded into dense bf16 copies, product by product
                 const std::size_t slot = 2 * planned_count;
                 if (rounded.size() < slot + 2) rounded.resize(slot + 2);
-                p.A16 = round_operand(c.A, a_rows(c), a_cols(c), c.lda, c.batch, c.a_step, rounded[slot], plans, planned_count);
-                p.B16 = round_operand(c.B, b_rows(c), b_cols(c), c.ldb, c.batch, c.b_step, rounded[slot + 1], plans, planned_count);
+                p.A16 = round_operand(c.A, a_rows(c), a_cols(c), c.lda, c.batch, c.a_step, rounded[slot], plans.data(), planned_count);
+                p.B16 = round_operand(c.B, b_rows(c), b_cols(c), c.ldb, c.batch, c.b_step, rounded[slot + 1], plans.data(), planned_count);
             }
 #endif
         } else {

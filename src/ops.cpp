@@ -24,13 +24,13 @@ void require_defined(const char* op, const Tensor& t, const char* what) {
     if (!t.defined()) fail(op, std::string(what) + " is an undefined tensor");
 }
 
-// Calls f(c0, c1) for blocks of 64 of the Cn columns, the blocks split across threads when `work` (the
-// values touched) is worth it. Sums that a thread keeps to its own columns, adding rows in order, do not
-// depend on the thread count.
 constexpr std::int64_t kColumnBlock = 64;
 
 std::int64_t column_blocks(std::int64_t Cn) { return (Cn + kColumnBlock - 1) / kColumnBlock; }
 
+// Calls f(c0, c1) for blocks of 64 of the Cn columns, the blocks split across threads when `work` (the
+// values touched) is worth it. Sums that a thread keeps to its own columns, adding rows in order, do not
+// depend on the thread count.
 template <class F>
 void over_column_blocks(std::int64_t Cn, std::int64_t work, F f) {
     const std::int64_t blocks = column_blocks(Cn);
@@ -79,7 +79,9 @@ void sum_column_block(std::int64_t R, std::int64_t Cn, std::int64_t blk, const G
 // dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
 template <class F>
 void sum_over_rows(std::int64_t R, std::int64_t Cn, GradTarget dst, F f) {
-    over_column_blocks(Cn, R * Cn, [&](std::int64_t c0, std::int64_t) { sum_column_block(R, Cn, c0 / kColumnBlock, dst, f); });
+    const std::int64_t blocks = column_blocks(Cn);
+#pragma omp parallel for schedule(static) if (R * Cn >= kParallelGrain && blocks > 1)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) sum_column_block(R, Cn, blk, dst, f);
 }
 
 // ---- broadcasting ---------------------------------------------------------------------------------------

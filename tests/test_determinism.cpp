@@ -20,6 +20,8 @@
 #include "tapeformer/pool.h"
 #include "tapeformer/random.h"
 
+#include "helpers.h"
+
 using tf::real;
 using tf::Shape;
 using tf::Tensor;
@@ -228,8 +230,10 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
 }
 
 TEST_CASE("determinism: gemm_group gives the bits of its products run in turn, on any thread count", "[determinism]") {
-    // A linear layer's backward (dx and dW, large, tiled), a large product onto a bias, attention's small
-    // batched products and a large batched one, in one group with jobs; against gemm_batched on each alone.
+    // A linear layer's backward (dx and dW, large, tiled, reading the same dy), a large product onto a bias
+    // (α = 1: oneDNN adds it in its kernel), attention's small batched products and a large batched one, in
+    // one group with jobs; against each product alone. In fp32, and in bf16 where the CPU has it (where the
+    // group rounds the shared dy once).
     struct Case {
         bool ta, tb;
         std::int64_t batch, M, N, K;
@@ -247,12 +251,13 @@ TEST_CASE("determinism: gemm_group gives the bits of its products run in turn, o
             Tensor A = random({c.batch * c.M * c.K}, seed++), B = random({c.batch * c.K * c.N}, seed++);
             Tensor bias = random({c.N}, seed++);
             out.push_back(random({c.batch * c.M * c.N}, seed++).to_vector());
-            tf::GemmCall g{c.ta, c.tb, c.M, c.N, c.K, real(0.5), A.data(), c.ta ? c.M : c.K, B.data(), c.tb ? c.K : c.N,
-                           real(1), out.back().data(), c.N, c.batch, c.M * c.K, c.K * c.N, c.M * c.N,
+            tf::GemmCall g{c.ta, c.tb, c.M, c.N, c.K, c.bias ? real(1) : real(0.5), A.data(), c.ta ? c.M : c.K, B.data(),
+                           c.tb ? c.K : c.N, real(1), out.back().data(), c.N, c.batch, c.M * c.K, c.K * c.N, c.M * c.N,
                            c.bias ? bias.data() : nullptr};
             calls.push_back(g);
             keep.insert(keep.end(), {A, B, bias});
         }
+        calls[1].A = calls[0].A;  // dW = dyᵀ x reads the dy of dx = dy W: (1280, 768) as stored in both
         // Jobs: each writes its own value once.
         std::vector<real> job_out(37, real(-1));
         auto job = [&](std::int64_t i) { job_out[std::size_t(i)] = real(i) * real(0.25); };
@@ -272,14 +277,22 @@ TEST_CASE("determinism: gemm_group gives the bits of its products run in turn, o
         out.push_back(job_out);
         return out;
     };
-    const std::vector<std::vector<real>> in_turn = run(false);
-    check_same_on_every_thread_count([&] {
-        const std::vector<std::vector<real>> grouped = run(true);
-        REQUIRE(grouped.size() == in_turn.size());
-        for (std::size_t i = 0; i < grouped.size(); ++i) {
-            INFO("result " << i);
-            CHECK(grouped[i] == in_turn[i]);
-        }
-        return grouped;
-    });
+    auto check = [&] {
+        const std::vector<std::vector<real>> in_turn = run(false);
+        check_same_on_every_thread_count([&] {
+            const std::vector<std::vector<real>> grouped = run(true);
+            REQUIRE(grouped.size() == in_turn.size());
+            for (std::size_t i = 0; i < grouped.size(); ++i) {
+                INFO("result " << i);
+                CHECK(grouped[i] == in_turn[i]);
+            }
+            return grouped;
+        });
+    };
+    SECTION("fp32") { check(); }
+    SECTION("bf16") {
+        if (!tf::cpu_has_bf16()) return;  // fp32 only: the section above
+        tf_test::PrecisionScope bf16(tf::Precision::BF16);
+        check();
+    }
 }

@@ -125,9 +125,10 @@ private:
     std::unique_ptr<Packed> packed_;
 };
 
-// While one lives, the wall time of every product (gemm, gemm_batched) called outside a parallel region is
-// summed: `bench train --profile` sets the time a step spends in its products against the rest. Products
-// inside others (gemm_batched's) count once; one lives at a time (a second one throws std::logic_error).
+// While one lives, the wall time of every product (gemm, gemm_batched, gemm_group — a group's jobs included)
+// called outside a parallel region is summed: `bench train --profile` sets the time a step spends in its
+// products against the rest. Products inside others or inside a parallel region (attention_heads') are not
+// counted apart; one lives at a time (a second one throws std::logic_error).
 class ProductTimer {
 public:
     ProductTimer();

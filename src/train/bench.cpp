@@ -1,7 +1,7 @@
 // `tapeformer bench train`: torch_ref.py's training benchmark, step for step, on tapeformer.
 //
 // Reading order: torch_ref.py's random batches and model settings; one training step (train_step); then
-// the parts of a run, each one function: describe, time_training, time_greedy, profile_backward;
+// the parts of a run, each one function: describe, time_training, time_greedy, profile_steps;
 // bench_train calls them in that order.
 #include "tapeformer/bench.h"
 
@@ -135,9 +135,9 @@ struct BenchRun {
     std::int64_t steps_taken = 0;
 };
 
-// Backward time by op, through backward()'s per-record hook. Each record is charged the time since the
-// previous one finished (or since backward began), which includes freeing what the previous record held:
-// the profiled pass frees memory exactly as an unprofiled one does.
+// Time by op: backward through backward()'s per-record hook, forward through the tape's push hook. Each
+// record is charged the time since the previous one (or since the pass began), which in backward includes
+// freeing what the previous record held: the profiled pass frees memory exactly as an unprofiled one does.
 // With `products`, the part of each charge spent in products is summed apart, by op.
 struct OpTimer {
     std::map<std::string, double> ms_by_op;           // backward, summed over the profiled steps
@@ -333,7 +333,7 @@ void print_ops(std::ostream& log, const char* pass, const std::map<std::string, 
 // `profile` more training steps with both passes timed op by op (each op charged the time since the
 // previous op's record, forward or backward) and the products' wall time summed apart (ProductTimer); the
 // log gets the tables, slowest first.
-void profile_backward(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
+void profile_steps(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     const std::int64_t n = run.options.profile;
     std::map<std::string, double> phase;
     ProductTimer products;
@@ -421,7 +421,7 @@ BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
     describe(run, res, log);
     if (o.steps > 0) time_training(run, res, log);
     if (o.eval_greedy) time_greedy(run, res, log);
-    if (o.profile > 0) profile_backward(run, res, log);
+    if (o.profile > 0) profile_steps(run, res, log);
     res.peak_rss_mb = peak_rss_mb();
     res.pool_peak_mb = double(pool_stats().peak_bytes_in_use) / (1024.0 * 1024.0);
     return res;
