@@ -6,6 +6,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev   # OpenBLAS built on OpenMP: one thread pool shared with our own kernels
   libdnnl-dev              # oneDNN: the bf16 matrix products of --precision bf16
+  libxsmm-dev              # libxsmm: kernels for small matrix products (attention's per-head ones)
   ocl-icd-opencl-dev       # only recommended by libdnnl-dev, but its CMake config requires OpenCL
   catch2                   # Catch2 v2, single header
   libcli11-dev             # command-line parsing

@@ -1,10 +1,11 @@
-// BLAS and thread settings. This is the one file that includes cblas.h and dnnl.hpp (and omp.h outside
-// kernels).
+// BLAS and thread settings. This is the one file that includes cblas.h, dnnl.hpp and libxsmm.h (and omp.h
+// outside kernels).
 #include "tapeformer/blas.h"
 #include "tapeformer/parallel.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <libxsmm.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <map>
@@ -33,9 +34,59 @@ char* openblas_get_corename(void);
 
 TF_NAMESPACE_BEGIN
 
+// ---- small fp32 products: libxsmm's kernels ----------------------------------------------------------------
+// A product below this many multiply-adds (attention's per-head 20×64·64×20: 13,800 of them a training step
+// of the benchmark's model; everything in toy models) goes to a kernel libxsmm generates for its exact shape,
+// with no packing: 0.2 µs for 20×20·20×64 against OpenBLAS sgemm's 0.55 µs, and 0.3 against 0.8 for
+// 20×64·(20×64)ᵀ with the transposition below (AMD EPYC Zen 5, OpenBLAS's Haswell kernels; bench/README.md).
+constexpr std::int64_t kXsmmMaxWork = std::int64_t(1) << 18;  // gemm's kSmallProduct below
+
+// C (M, N) = α op(A) op(B) + β C, row-major, through libxsmm; false where it has no kernel for the shape (a
+// CPU older than AVX, or a size past its limits): then sgemm does it. libxsmm is column-major and its kernels
+// take α = 1, β ∈ {0, 1} and no transposed first operand, so, read column-major, the product is
+// Cᵀ = op(B)ᵀ op(A)ᵀ, with op(B) transposed into a copy where the row-major B is transposed, and α and other
+// βs applied to the product held apart.
+static bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                         std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+    if (M * N * K >= kXsmmMaxWork) return false;
+    thread_local std::vector<float> b_copy, product;
+    if (tb) {  // B (N, K) -> its transpose (K, N); column-major, that is (K, N) with stride ldb -> (N, K)
+        b_copy.resize(std::size_t(K * N));
+        libxsmm_otrans(b_copy.data(), B, sizeof(float), libxsmm_blasint(K), libxsmm_blasint(N), libxsmm_blasint(ldb),
+                       libxsmm_blasint(N));
+        B = b_copy.data();
+        ldb = N;
+    }
+    const bool apart = (alpha != 1 && beta != 0) || (beta != 0 && beta != 1);  // the product into `product` first
+    float* out = apart ? nullptr : C;
+    std::int64_t ldo = ldc;
+    if (apart) {
+        product.resize(std::size_t(M * N));
+        out = product.data();
+        ldo = N;
+    }
+    const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
+    const float one = 1, kernel_beta = apart ? 0 : beta;
+    const libxsmm_blasint m = libxsmm_blasint(N), n = libxsmm_blasint(M), k = libxsmm_blasint(K),
+                          ld_first = libxsmm_blasint(ldb), ld_second = libxsmm_blasint(lda), ld_out = libxsmm_blasint(ldo);
+    const libxsmm_smmfunction kernel =
+        libxsmm_smmdispatch(m, n, k, &ld_first, &ld_second, &ld_out, &one, &kernel_beta, &flags, nullptr);
+    if (!kernel) return false;
+    kernel(B, A, out);  // out (M, N) row-major = op(A) op(B) (+ C when kernel_beta is 1)
+    if (apart) {
+        for (std::int64_t i = 0; i < M; ++i)
+            for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = alpha * out[i * N + j] + beta * C[i * ldc + j];
+    } else if (alpha != 1) {
+        for (std::int64_t i = 0; i < M; ++i)
+            for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] *= alpha;
+    }
+    return true;
+}
+
 [[maybe_unused]] static void gemm_impl(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                       const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
                       std::int64_t ldc) {
+    if (xsmm_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
                 lda, B, ldb, beta, C, ldc);
 }
@@ -62,7 +113,7 @@ TF_NAMESPACE_BEGIN
 // keeps products up to this size single-threaded too (interface/gemm.c: 65536 × GEMM_MULTITHREAD_THRESHOLD 4).
 namespace {
 
-constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
+constexpr std::int64_t kSmallProduct = kXsmmMaxWork;
 constexpr std::int64_t kMaxTiles = 4;    // shared evenly among 1, 2 or 4 threads; more tiles cost more packing
 constexpr std::int64_t kMinSplit = 256;  // a tile side is halved only while it has at least this much
 
@@ -654,6 +705,12 @@ int num_threads() { return omp_get_max_threads(); }
 const char* blas_info() { return openblas_get_config(); }
 
 const char* blas_core() { return openblas_get_corename(); }
+
+std::string small_products_info() {
+    const std::string arch = libxsmm_get_target_arch();  // "generic" where it generates no kernels
+    if (arch == "generic") return "OpenBLAS (libxsmm " LIBXSMM_VERSION " has no kernels for this CPU)";
+    return "libxsmm " LIBXSMM_VERSION " (" + arch + ")";
+}
 
 void configure_runtime(char** argv) {
     bool changed = false;

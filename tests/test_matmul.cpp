@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/blas.h"
@@ -83,21 +84,32 @@ TEST_CASE("gemm_reference computes a 2x2 product by hand", "[matmul]") {
 }
 
 TEST_CASE("gemm matches gemm_reference with alpha, beta and padded strides", "[matmul]") {
-    const std::int64_t M = 7, N = 5, K = 13, pad = 3;
-    for (int ta = 0; ta < 2; ++ta)
-        for (int tb = 0; tb < 2; ++tb) {
-            INFO("trans_a " << ta << " trans_b " << tb);
-            // Stored matrices with `pad` extra columns that must not be read.
-            const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-            const std::int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
-            Tensor A = random({a_rows, lda}, 11 + ta), B = random({b_rows, ldb}, 21 + tb), C0 = random({M, ldc}, 31);
-            std::vector<real> c = C0.to_vector(), c_ref = C0.to_vector();
-            tf::gemm(ta, tb, M, N, K, real(0.5), A.data(), lda, B.data(), ldb, real(-2), c.data(), ldc);
-            tf::gemm_reference(ta, tb, M, N, K, real(0.5), A.data(), lda, B.data(), ldb, real(-2), c_ref.data(), ldc);
-            CHECK(relative_error(c, c_ref) <= 1e-5);
-            for (std::int64_t i = 0; i < M; ++i)  // the padding columns of C are left alone
-                for (std::int64_t j = N; j < ldc; ++j) CHECK(c[i * ldc + j] == C0.data()[i * ldc + j]);
-        }
+    // Small products (libxsmm's kernels where the CPU has them: α = 1 and β ∈ {0, 1} in the kernel, other α and
+    // β applied after, a transposed B copied) and a larger one, tiled; every transpose and (α, β) path.
+    struct Size {
+        std::int64_t M, N, K;
+    };
+    const Size sizes[] = {{7, 5, 13}, {20, 64, 20}, {20, 20, 64}, {96, 80, 72}};
+    const std::pair<real, real> scales[] = {{1, 0}, {1, 1}, {real(0.5), 0}, {real(0.5), 1}, {real(0.5), real(-2)}, {1, real(0.25)}};
+    const std::int64_t pad = 3;
+    for (const Size& s : sizes)
+        for (const auto& [alpha, beta] : scales)
+            for (int ta = 0; ta < 2; ++ta)
+                for (int tb = 0; tb < 2; ++tb) {
+                    const std::int64_t M = s.M, N = s.N, K = s.K;
+                    INFO("M " << M << " N " << N << " K " << K << " alpha " << alpha << " beta " << beta << " trans_a " << ta
+                              << " trans_b " << tb);
+                    // Stored matrices with `pad` extra columns that must not be read.
+                    const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+                    const std::int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+                    Tensor A = random({a_rows, lda}, 11 + ta), B = random({b_rows, ldb}, 21 + tb), C0 = random({M, ldc}, 31);
+                    std::vector<real> c = C0.to_vector(), c_ref = C0.to_vector();
+                    tf::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c.data(), ldc);
+                    tf::gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c_ref.data(), ldc);
+                    CHECK(relative_error(c, c_ref) <= 1e-5);
+                    for (std::int64_t i = 0; i < M; ++i)  // the padding columns of C are left alone
+                        for (std::int64_t j = N; j < ldc; ++j) CHECK(c[i * ldc + j] == C0.data()[i * ldc + j]);
+                }
 }
 
 TEST_CASE("gemm with beta 0 ignores C, and K = 0 gives beta C", "[matmul]") {
@@ -108,6 +120,11 @@ TEST_CASE("gemm with beta 0 ignores C, and K = 0 gives beta C", "[matmul]") {
     tf::gemm_reference(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C_ref.data(), 2);
     CHECK(C == A);
     CHECK(C_ref == A);
+    for (int tb = 0; tb < 2; ++tb) {  // α ≠ 1 is applied after the product: C's NaNs still unread
+        std::fill(C.begin(), C.end(), nan);
+        tf::gemm(false, tb, 2, 2, 2, 2, A.data(), 2, B.data(), 2, 0, C.data(), 2);
+        CHECK(C == std::vector<real>{2, 4, 6, 8});
+    }
     std::vector<real> E = {1, 2, 3, 4}, E_ref = E;
     tf::gemm(false, false, 2, 2, 0, 1, A.data(), 1, B.data(), 2, 3, E.data(), 2);
     tf::gemm_reference(false, false, 2, 2, 0, 1, A.data(), 1, B.data(), 2, 3, E_ref.data(), 2);

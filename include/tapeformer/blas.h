@@ -144,6 +144,7 @@ void set_threads(int n);   // n <= 0: all cores
 int num_threads();
 const char* blas_info();   // OpenBLAS's configuration string (core, threading)
 const char* blas_core();   // the kernel family OpenBLAS picked for this CPU ("SkylakeX", "Haswell", ...)
+std::string small_products_info();  // what multiplies small fp32 products: "libxsmm 1.17 (clx)", or OpenBLAS
 
 // Two settings that OpenMP and OpenBLAS read only when the program loads, so they are fixed by setting
 // the environment and starting the program again (once; an explicit setting by the user is kept):

@@ -219,11 +219,11 @@ void describe(const BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     res.train_gflop_per_step = 3 * fl.total / 1e9;
     res.rss_after_model_mb = peak_rss_mb();
     if (!log) return;
-    char buf[512];
+    char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "tapeformer, threads %d; precision %s; BLAS %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
+                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
                   "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (enc %.3f, dec %.3f, out %.3f); train ~3x = %.3f\n",
-                  res.threads, precision_name(precision()), blas_info(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
+                  res.threads, precision_name(precision()), blas_info(), small_products_info().c_str(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
                   (long long)enc_layers(o), (long long)dec_layers(o), (long long)o.vocab, (long long)res.params,
                   (long long)o.batch, (long long)o.src_len, (long long)o.tgt_len, fl.total / 1e9, fl.encoder / 1e9,
                   fl.decoder / 1e9, fl.out_proj / 1e9, 3 * fl.total / 1e9);
@@ -440,6 +440,7 @@ std::string BenchTrainResult::to_json() const {
                         {"threads", threads},
                         {"precision", precision_name(precision)},
                         {"blas", blas_info()},
+                        {"small_products", small_products_info()},
                         {"config", config},
                         {"params", params},
                         {"fwd_gflop_per_step", fwd_gflop_per_step},
