@@ -37,9 +37,20 @@ TF_NAMESPACE_BEGIN
 // ---- small fp32 products: libxsmm's kernels ----------------------------------------------------------------
 // A product below this many multiply-adds (attention's per-head 20×64·64×20: 13,800 of them a training step
 // of the benchmark's model; everything in toy models) goes to a kernel libxsmm generates for its exact shape,
-// with no packing: 0.2 µs for 20×20·20×64 against OpenBLAS sgemm's 0.55 µs, and 0.3 against 0.8 for
-// 20×64·(20×64)ᵀ with the transposition below (AMD EPYC Zen 5, OpenBLAS's Haswell kernels; bench/README.md).
+// with no packing — unless OpenBLAS runs its SkylakeX kernels (or Cooperlake's, built on them), which have
+// small-matrix kernels of their own, without packing, 8–21% faster than libxsmm's on attention's products.
+// The other kernel sets pack both operands at every call, and libxsmm is 1.8–2.4× faster than their sgemm
+// there (Haswell's, which the AMD EPYC machines' environment selects; bench_matmul --only attn on a Zen 5,
+// bench/README.md).
 constexpr std::int64_t kXsmmMaxWork = std::int64_t(1) << 18;  // gemm's kSmallProduct below
+
+static bool small_products_on_xsmm() {
+    static const bool yes = [] {
+        const std::string core = openblas_get_corename();
+        return core != "SkylakeX" && core != "Cooperlake";
+    }();
+    return yes;
+}
 
 // C (M, N) = α op(A) op(B) + β C, row-major, through libxsmm; false where it has no kernel for the shape (a
 // CPU older than AVX, or a size past its limits): then sgemm does it. libxsmm is column-major and its kernels
@@ -48,7 +59,7 @@ constexpr std::int64_t kXsmmMaxWork = std::int64_t(1) << 18;  // gemm's kSmallPr
 // βs applied to the product held apart.
 static bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
                          std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-    if (M * N * K >= kXsmmMaxWork) return false;
+    if (M * N * K >= kXsmmMaxWork || !small_products_on_xsmm()) return false;
     thread_local std::vector<float> b_copy, product;
     if (tb) {  // B (N, K) -> its transpose (K, N); column-major, that is (K, N) with stride ldb -> (N, K)
         b_copy.resize(std::size_t(K * N));
@@ -707,6 +718,7 @@ const char* blas_info() { return openblas_get_config(); }
 const char* blas_core() { return openblas_get_corename(); }
 
 std::string small_products_info() {
+    if (!small_products_on_xsmm()) return std::string("OpenBLAS (its ") + openblas_get_corename() + " small-matrix kernels)";
     const std::string arch = libxsmm_get_target_arch();  // "generic" where it generates no kernels
     if (arch == "generic") return "OpenBLAS (libxsmm " LIBXSMM_VERSION " has no kernels for this CPU)";
     return "libxsmm " LIBXSMM_VERSION " (" + arch + ")";
