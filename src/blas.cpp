@@ -35,14 +35,18 @@ char* openblas_get_corename(void);
 TF_NAMESPACE_BEGIN
 
 // ---- small fp32 products: libxsmm's kernels ----------------------------------------------------------------
-// A product below this many multiply-adds (attention's per-head 20×64·64×20: 13,800 of them a training step
-// of the benchmark's model; everything in toy models) goes to a kernel libxsmm generates for its exact shape,
+// A small product (attention's per-head 20×64·64×20: 13,800 of them a training step of the benchmark's
+// model; everything in toy models) goes to a kernel libxsmm generates for its exact shape,
 // with no packing — unless OpenBLAS runs its SkylakeX kernels (or Cooperlake's, built on them), which have
 // small-matrix kernels of their own, without packing, 8–21% faster than libxsmm's on attention's products.
 // The other kernel sets pack both operands at every call, and libxsmm is 1.8–2.4× faster than their sgemm
 // there (Haswell's, which the AMD EPYC machines' environment selects; bench_matmul --only attn on a Zen 5,
 // bench/README.md).
-constexpr std::int64_t kXsmmMaxWork = std::int64_t(1) << 18;  // gemm's kSmallProduct below
+
+// Below this many multiply-adds a product is small: one tile (waking threads costs more than it saves; gemm
+// below), and libxsmm's. OpenBLAS keeps products up to this size single-threaded too (interface/gemm.c:
+// 65536 × GEMM_MULTITHREAD_THRESHOLD 4).
+constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
 
 static bool small_products_on_xsmm() {
     static const bool yes = [] {
@@ -59,7 +63,7 @@ static bool small_products_on_xsmm() {
 // βs applied to the product held apart.
 static bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
                          std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-    if (M * N * K >= kXsmmMaxWork || !small_products_on_xsmm()) return false;
+    if (M * N * K >= kSmallProduct || !small_products_on_xsmm()) return false;
     thread_local std::vector<float> b_copy, product;
     if (tb) {  // B (N, K) -> its transpose (K, N); column-major, that is (K, N) with stride ldb -> (N, K)
         b_copy.resize(std::size_t(K * N));
@@ -112,19 +116,17 @@ static bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::
 // ---- gemm: one product split into tiles of C -------------------------------------------------------------
 // Every product is split here, into tiles of C whose sizes depend on the product's shape only — never on
 // the thread count — and the tiles are shared out among OpenMP's threads, each tile one single-threaded
-// BLAS call over the whole inner dimension: sgemm for small products, oneDNN's matmul for the others where
-// it has AVX-512 kernels (cpu_has_avx512 below). (OpenBLAS's OpenMP build runs single-threaded inside a parallel
-// region, and outside one for products below kSmallProduct; larger products always run inside one.) So
+// BLAS call over the whole inner dimension: libxsmm or sgemm for small products (kSmallProduct, above),
+// oneDNN's matmul for the others where it has AVX-512 kernels (cpu_has_avx512 below). (OpenBLAS's OpenMP
+// build runs single-threaded inside a parallel region, and outside one for small products; larger products
+// always run inside one.) So
 // each element of C is computed by the same kernel call, summing the same numbers in the same order, on
 // 1, 2 or 16 threads: results are bit-identical whatever the thread count. (OpenBLAS's own threading
 // splits a product by the thread count, and its single- and multi-threaded paths block the inner
 // dimension differently on some kernel sets, e.g. Haswell with OPENBLAS_L2_SIZE on AMD EPYC.)
 
-// Below this many multiply-adds a product is one tile (waking threads costs more than it saves); OpenBLAS
-// keeps products up to this size single-threaded too (interface/gemm.c: 65536 × GEMM_MULTITHREAD_THRESHOLD 4).
 namespace {
 
-constexpr std::int64_t kSmallProduct = kXsmmMaxWork;
 constexpr std::int64_t kMaxTiles = 4;    // shared evenly among 1, 2 or 4 threads; more tiles cost more packing
 constexpr std::int64_t kMinSplit = 256;  // a tile side is halved only while it has at least this much
 
