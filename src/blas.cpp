@@ -64,29 +64,27 @@ static bool small_products_on_xsmm() {
 static bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
                          std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
     if (M * N * K >= kSmallProduct || !small_products_on_xsmm()) return false;
+    const bool apart = (alpha != 1 && beta != 0) || (beta != 0 && beta != 1);  // the product into `product` first
+    const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
+    const float one = 1, kernel_beta = apart ? 0 : beta;
+    const libxsmm_blasint m = libxsmm_blasint(N), n = libxsmm_blasint(M), k = libxsmm_blasint(K),
+                          ld_first = libxsmm_blasint(tb ? N : ldb), ld_second = libxsmm_blasint(lda),
+                          ld_out = libxsmm_blasint(apart ? N : ldc);
+    const libxsmm_smmfunction kernel =
+        libxsmm_smmdispatch(m, n, k, &ld_first, &ld_second, &ld_out, &one, &kernel_beta, &flags, nullptr);
+    if (!kernel) return false;
     thread_local std::vector<float> b_copy, product;
     if (tb) {  // B (N, K) -> its transpose (K, N); column-major, that is (K, N) with stride ldb -> (N, K)
         b_copy.resize(std::size_t(K * N));
         libxsmm_otrans(b_copy.data(), B, sizeof(float), libxsmm_blasint(K), libxsmm_blasint(N), libxsmm_blasint(ldb),
                        libxsmm_blasint(N));
         B = b_copy.data();
-        ldb = N;
     }
-    const bool apart = (alpha != 1 && beta != 0) || (beta != 0 && beta != 1);  // the product into `product` first
-    float* out = apart ? nullptr : C;
-    std::int64_t ldo = ldc;
+    float* out = C;
     if (apart) {
         product.resize(std::size_t(M * N));
         out = product.data();
-        ldo = N;
     }
-    const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
-    const float one = 1, kernel_beta = apart ? 0 : beta;
-    const libxsmm_blasint m = libxsmm_blasint(N), n = libxsmm_blasint(M), k = libxsmm_blasint(K),
-                          ld_first = libxsmm_blasint(ldb), ld_second = libxsmm_blasint(lda), ld_out = libxsmm_blasint(ldo);
-    const libxsmm_smmfunction kernel =
-        libxsmm_smmdispatch(m, n, k, &ld_first, &ld_second, &ld_out, &one, &kernel_beta, &flags, nullptr);
-    if (!kernel) return false;
     kernel(B, A, out);  // out (M, N) row-major = op(A) op(B) (+ C when kernel_beta is 1)
     if (apart) {
         for (std::int64_t i = 0; i < M; ++i)
