@@ -647,8 +647,9 @@ void Trainer::check_data_files() {
         auto recorded = identity_.data.find(d.key);
         if (recorded == identity_.data.end()) {
             if (path.empty()) continue;
-            throw std::runtime_error(run_json_path + ": data." + d.key + " '" + path + "' is not a file the run started with (" +
-                                     "data_files records none for it); restore run.json");
+            throw std::runtime_error(run_json_path + ": data." + d.key + " '" + path + "' is not a file the run started with " +
+                                     "(data_files records no size and CRC for it: run.json was edited, or it was not a regular " +
+                                     "file, such as a pipe, which cannot be read again); restore run.json or start a new run");
         }
         const DataFile& then = recorded->second;
         if (path.empty())
@@ -717,8 +718,11 @@ void Trainer::prepare_data() {
         log_ << "training a " << to_string(c_.data.tokenizer) << " tokenizer (" << (opt.joint ? "joint" : "separate")
              << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
         tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);  // saved by start_writing
+        // Regular files only: a pipe (--train-src <(zcat ...)) has been read and cannot be read again, nor
+        // resumed from the same bytes.
+        std::error_code ec;
         for (const DataSlot& d : kDataSlots)
-            if (!(c_.data.*d.path).empty()) identity_.data[d.key] = data_file(c_.data.*d.path);
+            if (fs::is_regular_file(c_.data.*d.path, ec)) identity_.data[d.key] = data_file(c_.data.*d.path);
     }
     EncodedCorpus train = encode_parallel(train_text, tokenizers_, c_.data.max_len);
     if (train.examples.empty())
