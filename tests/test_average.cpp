@@ -13,6 +13,7 @@
 #include "tapeformer/average.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/optim.h"
+#include "tapeformer/safetensors.h"
 #include "helpers.h"
 
 namespace fs = std::filesystem;
@@ -36,7 +37,9 @@ tf::ModelConfig tiny_config(std::int64_t vocab, std::int64_t ffn = 16) {
 
 // A run directory as training leaves it: the tokenizer and checkpoints of the given steps, each step's model
 // initialised from another seed (as different as checkpoints get).
-tf::TokenizerPair write_run(const std::string& dir, const std::vector<std::int64_t>& steps, std::int64_t ffn = 16) {
+// With `run_id`, the checkpoints carry it, as training writes them; without, they are of a version before run ids.
+tf::TokenizerPair write_run(const std::string& dir, const std::vector<std::int64_t>& steps, std::int64_t ffn = 16,
+                            const std::string& run_id = "") {
     tf::TokenizerOptions options;
     options.kind = tf::TokenizerKind::word;
     options.joint = true;
@@ -49,7 +52,7 @@ tf::TokenizerPair write_run(const std::string& dir, const std::vector<std::int64
         tf::TrainState state;
         state.step = step;
         tf::save_training_checkpoint((fs::path(dir) / tf::checkpoint_name(step)).string(), model, adam, state,
-                                     tf::tokenizer_hash(tok));
+                                     tf::tokenizer_hash(tok), nullptr, tf::RunStamp{run_id, -1, ""});
     }
     write_all(fs::path(dir) / "run.json", "{}");  // a training run's directory, which --out must never be
     return tok;
@@ -125,4 +128,59 @@ TEST_CASE("average: the CLI writes a model directory that translate reads, and n
     refused("average" + model + " --last 9 --out " + shell_quote(tmp / "new"), "holds 3 checkpoints");
     CHECK_FALSE(fs::exists(tmp / "new"));
     refused("average --out " + shell_quote(tmp / "new"), "--model");
+}
+
+// ---- a run's files belong to that run (issue 26, section 3) -------------------------------------------------
+
+TEST_CASE("average: checkpoints of different runs with the same shapes are refused unless --mix-runs names the mix",
+          "[average]") {
+    TempDir tmp;
+    const std::string a = tmp / "a", b = tmp / "b", old_a = tmp / "old_a", old_b = tmp / "old_b";
+    write_run(a, {10, 20}, 16, "aaaa");
+    write_run(b, {30}, 16, "bbbb");
+    const std::string a10 = a + "/" + tf::checkpoint_name(10), a20 = a + "/" + tf::checkpoint_name(20);
+    const std::string b30 = b + "/" + tf::checkpoint_name(30);
+    CHECK(tf::average_models({a10, a20}).stamp.run_id == "aaaa");  // one run: the mean is of that run
+    CHECK_THROWS_WITH(tf::average_models({a10, b30}),
+                      Catch::Contains(b30) && Catch::Contains("run bbbb") && Catch::Contains("run aaaa") && Catch::Contains("--mix-runs"));
+    const tf::ModelBundle mixed = tf::average_models({a10, b30}, /*mix_runs=*/true);
+    CHECK(mixed.stamp.run_id.empty());  // of no one run
+    CHECK(mixed.stamp.step == -1);
+
+    // Files written before run ids: one run directory is one run; two are two.
+    write_run(old_a, {10, 20});
+    write_run(old_b, {30});
+    CHECK_NOTHROW(tf::average_models({old_a + "/" + tf::checkpoint_name(10), old_a + "/" + tf::checkpoint_name(20)}));
+    CHECK_THROWS_WITH(tf::average_models({old_a + "/" + tf::checkpoint_name(10), old_b + "/" + tf::checkpoint_name(30)}),
+                      Catch::Contains("no run id") && Catch::Contains("--mix-runs"));
+    CHECK_THROWS_WITH(tf::average_models({a10, old_b + "/" + tf::checkpoint_name(30)}), Catch::Contains("--mix-runs"));
+
+    // The CLI: refused with one line naming the flag; with it, written.
+    const std::string err = tmp / "err", out = tmp / "avg";
+    CHECK(run_cli("average --checkpoints " + shell_quote(a10) + " " + shell_quote(b30) + " --out " + shell_quote(out), err) == 1);
+    CHECK_THAT(read_all(err), Catch::Contains("--mix-runs"));
+    CHECK_FALSE(fs::exists(out));
+    CHECK(run_cli("average --mix-runs --checkpoints " + shell_quote(a10) + " " + shell_quote(b30) + " --out " + shell_quote(out), err) == 0);
+    CHECK(tf::load_safetensors(out + "/model.safetensors").metadata.count("tapeformer.run_id") == 0);
+}
+
+TEST_CASE("average: the same weights given twice (one file, a copy, a symlink) are refused: they would count twice",
+          "[average]") {
+    TempDir tmp;
+    const std::string a = tmp / "a", copy = tmp / "copy";
+    write_run(a, {10, 20}, 16, "aaaa");
+    const std::string a10 = a + "/" + tf::checkpoint_name(10), a20 = a + "/" + tf::checkpoint_name(20);
+    CHECK_THROWS_WITH(tf::average_models({a10, a20, a10}), Catch::Contains("the same file as " + a10) && Catch::Contains("count twice"));
+    fs::create_symlink(a10, tmp / "link.safetensors");
+    fs::create_directories(tmp / "links/checkpoints");
+    fs::create_symlink(a10, tmp / ("links/" + tf::checkpoint_name(10)));
+    fs::copy_file(fs::path(a) / "vocab.txt", tmp / "links/vocab.txt");  // the run's tokenizer (a word vocabulary)
+    CHECK_THROWS_WITH(tf::average_models({a10, tmp / ("links/" + tf::checkpoint_name(10))}), Catch::Contains("the same file"));
+    // A copy of a run's checkpoint elsewhere is still that run's step 10.
+    write_run(copy, {}, 16, "aaaa");
+    fs::copy_file(a10, copy + "/" + tf::checkpoint_name(10));
+    CHECK_THROWS_WITH(tf::average_models({a10, copy + "/" + tf::checkpoint_name(10)}),
+                      Catch::Contains("the same weights as " + a10) && Catch::Contains("run aaaa, step 10"));
+    // Even with --mix-runs.
+    CHECK_THROWS_WITH(tf::average_models({a10, a10}, /*mix_runs=*/true), Catch::Contains("count twice"));
 }

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -132,6 +133,18 @@ std::vector<json> of_type(const std::vector<json>& metrics, const std::string& t
 }
 
 json read_state(const std::string& dir) { return json::parse(read_all(dir + "/state.json")); }
+
+// Two weights files of two runs hold the same tensors and metadata, but for the run id each run has.
+bool same_weights_file(const std::string& a, const std::string& b) {
+    tf::SafetensorsFile x = tf::load_safetensors(a), y = tf::load_safetensors(b);
+    for (auto* f : {&x, &y})
+        for (const char* key : {"tapeformer.run_id", tf::kSafetensorsChecksumKey}) f->metadata.erase(key);
+    if (x.metadata != y.metadata || x.tensors.size() != y.tensors.size()) return false;
+    for (const auto& [name, entry] : x.tensors)
+        if (!y.tensors.count(name) || y.tensors.at(name).shape != entry.shape || y.tensors.at(name).values != entry.values)
+            return false;
+    return true;
+}
 
 std::string checkpoint_name(std::int64_t step) {
     char name[64];
@@ -341,7 +354,7 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
     CHECK(optimizer_tensors > 0);
     if (valid_every != 3) {
         // The same validations, so the same best model (the last weights without validation data).
-        CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+        CHECK(same_weights_file(straight + "/model.safetensors", split + "/model.safetensors"));
         const auto va = of_type(read_metrics(straight), "valid"), vb = of_type(read_metrics(split), "valid");
         REQUIRE(va.size() == vb.size());
         CHECK(va.size() == (valid_every ? 4u : 0u));
@@ -896,7 +909,12 @@ TEST_CASE("train: --config DIR/config.toml repeats the run", "[train]") {
     const CliRun b = run_train(tmp, "--config " + config + " --out " + shell_quote(second));
     INFO(b.err);
     REQUIRE(b.status == 0);
-    CHECK(read_all(second + "/run.json") == read_all(first + "/run.json"));
+    // The same settings and data; a run of its own (another run id).
+    json first_run = json::parse(read_all(first + "/run.json")), second_run = json::parse(read_all(second + "/run.json"));
+    CHECK(first_run.at("run_id") != second_run.at("run_id"));
+    first_run.erase("run_id");
+    second_run.erase("run_id");
+    CHECK(second_run == first_run);
     CHECK(read_all(second + "/config.toml") == read_all(first + "/config.toml"));
     const json run = json::parse(read_all(first + "/run.json"));
     CHECK(run.at("optim").at("optimizer") == "adamw");
@@ -1064,7 +1082,7 @@ TEST_CASE("train: a disk that fills up at a checkpoint ends the run with one lin
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(full);
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
-    CHECK((read_all(straight + "/model.safetensors") == read_all(full + "/model.safetensors")));
+    CHECK(same_weights_file(straight + "/model.safetensors", full + "/model.safetensors"));
 }
 
 TEST_CASE("train: --force checks every input before deleting, and deletes only the files training wrote", "[train]") {
@@ -1205,7 +1223,7 @@ TEST_CASE("train: a resumed run whose last step is a checkpoint ends exactly as 
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(split);
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
-    CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+    CHECK(same_weights_file(straight + "/model.safetensors", split + "/model.safetensors"));
     const json sa = read_state(straight), sb = read_state(split);
     for (const char* key : {"last", "kept", "step", "best_step", "best_score"}) CHECK(sa.at(key) == sb.at(key));
 }
@@ -1238,7 +1256,7 @@ TEST_CASE("train: with --log-every 3, a run resumed between two metrics lines wr
         const auto a = metrics_without_timing(straight), b = metrics_without_timing(split);
         REQUIRE(a.size() == b.size());
         for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
-        CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+        CHECK(same_weights_file(straight + "/model.safetensors", split + "/model.safetensors"));
     }
 }
 
@@ -1280,7 +1298,7 @@ TEST_CASE("train: with --log-every 3, SIGTERM between two metrics lines writes n
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(out);
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
-    CHECK((read_all(straight + "/model.safetensors") == read_all(out + "/model.safetensors")));
+    CHECK(same_weights_file(straight + "/model.safetensors", out + "/model.safetensors"));
 }
 
 TEST_CASE("train: a run killed during its final validation owes it: --resume validates and ends as the whole run",
@@ -1316,7 +1334,7 @@ TEST_CASE("train: a run killed during its final validation owes it: --resume val
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
-    CHECK((read_all(straight + "/model.safetensors") == read_all(killed + "/model.safetensors")));
+    CHECK(same_weights_file(straight + "/model.safetensors", killed + "/model.safetensors"));
     CHECK(read_state(killed).at("best_step") == read_state(straight).at("best_step"));
 
     // Now the run is complete: another --resume has nothing to do and changes nothing.
@@ -1362,7 +1380,7 @@ TEST_CASE("train: a run killed at an epoch's last batch, just after its checkpoi
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
-    CHECK((read_all(straight + "/model.safetensors") == read_all(killed + "/model.safetensors")));
+    CHECK(same_weights_file(straight + "/model.safetensors", killed + "/model.safetensors"));
     CHECK(read_state(killed).at("best_step") == n);
 }
 
@@ -1754,7 +1772,7 @@ TEST_CASE("train: Ctrl-C during a validation or the final validation ends the ru
         const auto a = metrics_without_timing(straight), b = metrics_without_timing(out);
         REQUIRE(a.size() == b.size());
         for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
-        CHECK((read_all(straight + "/model.safetensors") == read_all(out + "/model.safetensors")));
+        CHECK(same_weights_file(straight + "/model.safetensors", out + "/model.safetensors"));
     }
     SECTION("a second signal ends the process at once, killed by it") {
         // Both signals pending while the child is stopped, so that no timing decides whether the second comes
@@ -1885,7 +1903,7 @@ TEST_CASE("train: with --ema, validation scores the weight average, model.safete
         INFO(name);
         CHECK(entry.values == again.tensors.at(name).values);
     }
-    CHECK((read_all(straight + "/model.safetensors") == read_all(split + "/model.safetensors")));
+    CHECK(same_weights_file(straight + "/model.safetensors", split + "/model.safetensors"));
 
     SECTION("a checkpoint without the average that the run keeps (or the other way round) is refused") {
         json run = json::parse(read_all(split + "/run.json"));
@@ -1894,4 +1912,290 @@ TEST_CASE("train: with --ema, validation scores the weight average, model.safete
         resume.max_steps = 12;
         CHECK_THAT(train_error(resume), Catch::Contains(checkpoint_name(8)) && Catch::Contains("holds a weight average"));
     }
+}
+
+// ---- a run's files belong to that run (issue 26, section 3) ---------------------------------------------------
+
+namespace {
+
+// A run's resume settings: out, resume and a stopping rule; the rest comes from its run.json.
+tf::TrainConfig resume_config(const std::string& out, std::int64_t max_steps) {
+    tf::TrainConfig c;
+    c.out_dir = out;
+    c.resume = true;
+    c.max_steps = max_steps;
+    c.threads = 1;
+    return c;
+}
+
+// Rewrites the metadata of a safetensors file with its checksum recomputed, as a program that knows the
+// format could: only what the values are checked against can tell. An empty value erases the key.
+void rewrite_metadata(const std::string& path, const std::map<std::string, std::string>& edits) {
+    tf::SafetensorsFile file = tf::load_safetensors(path);
+    std::vector<tf::NamedTensor> tensors;
+    for (const auto& [name, entry] : file.tensors) tensors.push_back({name, file.tensor(name)});
+    for (const auto& [key, value] : edits) {
+        if (value.empty()) file.metadata.erase(key);
+        else file.metadata[key] = value;
+    }
+    file.metadata.erase(tf::kSafetensorsChecksumKey);
+    tf::save_safetensors(path, tensors, file.metadata, /*with_checksum=*/true);
+}
+
+// The training state of a checkpoint with `edits` (key -> JSON value) applied, checksum recomputed.
+void rewrite_train_state(const std::string& path, const std::map<std::string, std::string>& edits) {
+    json state = json::parse(tf::load_safetensors(path).metadata.at("tapeformer.train_state"));
+    for (const auto& [key, value] : edits) state[key] = json::parse(value);
+    rewrite_metadata(path, {{"tapeformer.train_state", state.dump()}});
+}
+
+void edit_run_json(const std::string& dir, const std::function<void(json&)>& edit) {
+    json run = json::parse(read_all(dir + "/run.json"));
+    edit(run);
+    write_all(dir + "/run.json", run.dump(2) + "\n");
+}
+
+}  // namespace
+
+TEST_CASE("train: each run has its own run id, in run.json, every checkpoint and the model, and records its data files",
+          "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "a");
+    c.max_steps = 2;
+    c.checkpoint_every = 1;
+    train_quietly(c);
+    c.out_dir = tmp / "b";  // the same settings, another run
+    train_quietly(c);
+    const json a = json::parse(read_all(tmp / "a/run.json")), b = json::parse(read_all(tmp / "b/run.json"));
+    const std::string id = a.at("run_id");
+    CHECK(id.size() == 32);
+    CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+    CHECK(b.at("run_id") != id);
+    for (const std::string file : {"model.safetensors", "checkpoints/step-00000001.safetensors", "checkpoints/step-00000002.safetensors"}) {
+        INFO(file);
+        CHECK(tf::load_safetensors(tmp / ("a/" + file)).metadata.at("tapeformer.run_id") == id);
+    }
+    CHECK(tf::load_safetensors(tmp / "a/model.safetensors").metadata.at("tapeformer.step") == "2");
+    const tf::ModelBundle model = tf::load_model_dir(tmp / "a");
+    CHECK(model.stamp.run_id == id);
+    CHECK(model.stamp.step == 2);
+    // Data files by absolute path, with their size and CRC-32C, as they were at the start.
+    CHECK(fs::path(a.at("data").at("train_src").get<std::string>()).is_absolute());
+    const json& src = a.at("data_files").at("train_src");
+    CHECK(src.at("path") == a.at("data").at("train_src"));
+    CHECK(src.at("bytes") == fs::file_size(corpus.train_src));
+    CHECK(src.at("crc32c").get<std::string>().rfind("crc32c:", 0) == 0);
+    CHECK_FALSE(a.at("data_files").contains("valid_src"));
+    // The checkpoint keeps run.json as it was.
+    CHECK(json::parse(tf::load_safetensors(tmp / "a/checkpoints/step-00000002.safetensors").metadata.at("tapeformer.run")) == a);
+}
+
+TEST_CASE("train: --resume refuses a checkpoint of another run with the same settings, naming both runs", "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "a");
+    c.max_steps = 2;
+    c.checkpoint_every = 1;
+    train_quietly(c);
+    c.out_dir = tmp / "b";
+    train_quietly(c);
+    const std::string last = tmp / ("a/" + checkpoint_name(2));
+    fs::copy_file(tmp / ("b/" + checkpoint_name(2)), last, fs::copy_options::overwrite_existing);
+    const std::string a_id = json::parse(read_all(tmp / "a/run.json")).at("run_id");
+    const std::string b_id = json::parse(read_all(tmp / "b/run.json")).at("run_id");
+    const std::string error = train_error(resume_config(tmp / "a", 4));
+    CHECK_THAT(error, Catch::StartsWith(last + ": a checkpoint of another run (run id " + b_id) && Catch::Contains(a_id) &&
+                          Catch::Contains("continues from " + checkpoint_name(1)));
+    CHECK(read_state(tmp / "a").at("step") == 2);  // nothing trained on top
+    // A checkpoint without a run id (of a version before run ids) in a run that has one: refused too.
+    rewrite_metadata(last, {{"tapeformer.run_id", ""}});
+    CHECK_THAT(train_error(resume_config(tmp / "a", 4)), Catch::Contains("a checkpoint of another run (no run id"));
+    // Deleted, the run's own older checkpoint continues it.
+    fs::remove(last);
+    CHECK(train_error(resume_config(tmp / "a", 4)) == "");
+    CHECK(read_state(tmp / "a").at("step") == 4);
+}
+
+TEST_CASE("train: --resume refuses a run.json edited after the start (seed, settings, data records), naming the setting",
+          "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    const std::string out = tmp / "run";
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.max_steps = 2;
+    train_quietly(c);
+    const std::string run_json = read_all(out + "/run.json"), last = out + "/" + checkpoint_name(2);
+    struct Edit {
+        std::function<void(json&)> edit;
+        std::string message;
+    };
+    const std::vector<Edit> edits = {
+        {[](json& j) { j["seed"] = 6; }, out + "/run.json: seed (--seed) is 6, but " + last + " was trained with 5"},
+        {[](json& j) { j["optim"]["label_smoothing"] = 0.2; }, "optim.label_smoothing (--label-smoothing) is 0.2, but"},
+        {[](json& j) { j["data"]["max_len"] = 39; }, "data.max_len (--max-len) is 39, but"},
+        {[](json& j) { j["data_files"]["train_src"]["crc32c"] = "crc32c:00000000"; },
+         "not the file the run started with"},  // the files are checked against run.json first
+    };
+    for (const Edit& e : edits) {
+        INFO(e.message);
+        write_all(out + "/run.json", run_json);
+        edit_run_json(out, e.edit);
+        const std::string error = train_error(resume_config(out, 4));
+        CHECK_THAT(error, Catch::Contains(e.message));
+    }
+    // Changes that decide nothing (where it stops, what it logs and keeps) are allowed, as flags or in run.json.
+    write_all(out + "/run.json", run_json);
+    edit_run_json(out, [](json& j) { j["every"]["log"] = 2; });
+    CHECK(train_error(resume_config(out, 4)) == "");
+    CHECK(read_state(out).at("step") == 4);
+}
+
+TEST_CASE("train: --resume refuses changed, shuffled or moved data files, naming the file; a moved file named in run.json "
+          "continues the run", "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    const std::string out = tmp / "run";
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.max_steps = 2;
+    train_quietly(c);
+    const std::string original = read_all(corpus.train_src);
+    SECTION("shuffled: two lines swapped, the same size") {
+        auto lines = split_lines(original);
+        std::swap(lines[0], lines[1]);
+        write_all(corpus.train_src, join_lines(lines));
+        REQUIRE(read_all(corpus.train_src).size() == original.size());
+        CHECK_THAT(train_error(resume_config(out, 4)),
+                   Catch::StartsWith(corpus.train_src + " (--train-src) is not the file the run started with") &&
+                       Catch::Contains(std::to_string(original.size()) + " bytes"));
+    }
+    SECTION("changed: a line added") {
+        write_all(corpus.train_tgt, read_all(corpus.train_tgt) + "one more line\n");
+        CHECK_THAT(train_error(resume_config(out, 4)), Catch::StartsWith(corpus.train_tgt + " (--train-tgt) is not the file"));
+    }
+    SECTION("moved: named; set in run.json, the same bytes continue the run") {
+        const std::string moved = tmp / "moved.src";
+        fs::rename(corpus.train_src, moved);
+        CHECK_THAT(train_error(resume_config(out, 4)),
+                   Catch::Contains("the run's --train-src, " + corpus.train_src + ", is gone") && Catch::Contains("data.train_src"));
+        edit_run_json(out, [&](json& j) { j["data"]["train_src"] = moved; });
+        CHECK(train_error(resume_config(out, 4)) == "");
+        CHECK(read_state(out).at("step") == 4);
+    }
+    SECTION("validation data added to run.json: not a file the run started with") {
+        edit_run_json(out, [&](json& j) {
+            j["data"]["valid_src"] = corpus.valid_src;
+            j["data"]["valid_tgt"] = corpus.valid_tgt;
+        });
+        CHECK_THAT(train_error(resume_config(out, 4)), Catch::Contains("data.valid_src") && Catch::Contains("not a file the run started with"));
+    }
+    CHECK(of_type(read_metrics(out), "train").size() == (read_state(out).at("step") == 4 ? 4u : 2u));
+}
+
+TEST_CASE("train: --resume from another working directory reads the run's own data files (absolute paths in run.json)",
+          "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    const std::string out = tmp / "run", elsewhere = tmp / "elsewhere";
+    fs::create_directories(elsewhere);
+    // Started with relative data paths from the corpus's directory.
+    const std::string cli = shell_quote(TF_CLI) + " --threads 1 train ";
+    const std::string start = "cd " + shell_quote(fs::path(corpus.train_src).parent_path().string()) + " && " + cli +
+                              "--train-src train.src --train-tgt train.tgt --tokenizer word --d-model 16 --heads 2 --ffn 32 "
+                              "--layers 1 --batch-tokens 400 --max-len 40 --log-every 1 --no-valid-bleu --max-steps 2 --out " +
+                              shell_quote(out) + " >/dev/null 2>&1";
+    REQUIRE(std::system(start.c_str()) == 0);
+    CHECK(json::parse(read_all(out + "/run.json")).at("data").at("train_src") == corpus.train_src);
+    // A file of the same name in the other directory is not the run's.
+    write_all(elsewhere + "/train.src", "something else\n");
+    const std::string resume = "cd " + shell_quote(elsewhere) + " && " + cli + "--resume --max-steps 4 --out " + shell_quote(out) +
+                               " >/dev/null 2>" + shell_quote(tmp / "err");
+    const int status = std::system(resume.c_str());
+    INFO(read_all(tmp / "err"));
+    CHECK(status == 0);
+    CHECK(of_type(read_metrics(out), "train").size() == 4);
+}
+
+TEST_CASE("train: --resume refuses a training state no run reaches (epoch 10^15, tokens, validations), although its "
+          "checksum was recomputed", "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    const std::string out = tmp / "run";
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.max_steps = 3;
+    train_quietly(c);
+    const std::string path = out + "/" + checkpoint_name(3), bytes = read_all(path);
+    const json state = json::parse(tf::load_safetensors(path).metadata.at("tapeformer.train_state"));
+    const std::int64_t epoch = state.at("epoch");
+    struct Case {
+        std::map<std::string, std::string> edits;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {{{"epoch", "1000000000000000"}}, "training state is malformed: epoch 1000000000000000 is past step 3"},
+        {{{"epoch", std::to_string(epoch + 1)}}, "which this run does not reach"},
+        {{{"target_tokens", "2"}}, "counts 2 target tokens in 3 steps"},
+        {{{"target_tokens", "100000"}}, "counts 100000 target tokens in 3 steps of at most 400"},
+        {{{"valid_step", "3"}}, "records a validation at step 3 (the run has no validation data)"},
+        {{{"valid_step", "2"}, {"best_step", "3"}}, "best_step 3 is after the last validation, valid_step 2"},
+        {{{"best_score", "1.5"}}, "has a best score without a validation"},
+        {{{"log_window", R"({"loss": 1, "nll": 1, "seconds": 1e9, "tokens": 5, "steps": 1})"}}, "has a log window"},
+    };
+    for (const Case& k : cases) {
+        INFO(k.message);
+        write_all(path, bytes);
+        rewrite_train_state(path, k.edits);
+        CHECK_THAT(train_error(resume_config(out, 5)), Catch::StartsWith(path + ": ") && Catch::Contains(k.message));
+    }
+    write_all(path, bytes);
+    CHECK(train_error(resume_config(out, 5)) == "");  // the state as written resumes
+}
+
+TEST_CASE("train: a run started before run ids resumes as before, unchecked, with a note", "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    const std::string out = tmp / "run";
+    tf::TrainConfig c = tiny_config(corpus, out);
+    c.max_steps = 2;
+    train_quietly(c);
+    // What an older version wrote: no run id, no data records, no run.json in the checkpoint.
+    edit_run_json(out, [](json& j) {
+        j.erase("run_id");
+        j.erase("data_files");
+    });
+    rewrite_metadata(out + "/" + checkpoint_name(2), {{"tapeformer.run_id", ""}, {"tapeformer.run", ""}});
+    rewrite_metadata(out + "/model.safetensors", {{"tapeformer.run_id", ""}, {"tapeformer.step", ""}});
+    CHECK(tf::load_model_dir(out).stamp.run_id.empty());  // translate and eval read it as before
+    ThreadsGuard threads;
+    std::ostringstream log;
+    tf::train(resume_config(out, 4), log, false);
+    CHECK_THAT(log.str(), Catch::Contains("started before runs had ids"));
+    CHECK(read_state(out).at("step") == 4);
+    CHECK_FALSE(json::parse(read_all(out + "/run.json")).contains("run_id"));  // it stays a run of no id
+}
+
+TEST_CASE("model directory: settings that set no tensor's shape are checked where they can be (special ids against the "
+          "tokenizer, heads against d_model, max_len against a learned positional table)", "[train]") {
+    TempDir tmp;
+    Corpus corpus(60);
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.max_steps = 1;
+    c.model.positional = tf::PositionalKind::Learned;
+    train_quietly(c);
+    const std::string path = tmp / "run/model.safetensors", bytes = read_all(path);
+    const std::vector<std::pair<std::map<std::string, std::string>, std::string>> cases = {
+        {{{"pad_id", "3"}}, "model setting pad_id is 3, but the tokenizer's <pad> is id 0"},
+        {{{"bos_id", "2"}}, "model setting bos_id is 2, but the tokenizer's <s> is id 1"},
+        {{{"eos_id", "1"}}, "model setting eos_id is 1, but the tokenizer's </s> is id 2"},
+        {{{"heads", "3"}}, "d_model 16 is not divisible by heads 3"},
+        {{{"max_len", "80"}}, "model setting max_len 80 does not fit tensor 'positional.weight'"},
+    };
+    for (const auto& [edits, message] : cases) {
+        INFO(message);
+        write_all(path, bytes);
+        rewrite_metadata(path, edits);
+        CHECK_THROWS_WITH(tf::load_model_dir(tmp / "run"), Catch::StartsWith(path + ": ") && Catch::Contains(message));
+    }
+    write_all(path, bytes);
+    CHECK_NOTHROW(tf::load_model_dir(tmp / "run"));
 }

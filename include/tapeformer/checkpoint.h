@@ -2,18 +2,23 @@
 //
 //   DIR/model.safetensors      the weights translate and eval use: best by validation (until the first
 //                              validation, and without validation data, those of the last checkpoint),
-//                              PyTorch names, model config in __metadata__, CRC-32C checksum
+//                              PyTorch names, model config in __metadata__, the run id and the step,
+//                              CRC-32C checksum
 //   DIR/vocab.txt | spm.model  the tokenizer(s) (src.* and tgt.* when not joint)
-//   DIR/run.json               the resolved training settings (what --resume continues)
+//   DIR/run.json               the resolved training settings (what --resume continues), the run id and
+//                              the size and CRC-32C of each data file (train.h RunIdentity)
 //   DIR/config.toml            the same as a CLI11 config file: `tapeformer train --config DIR/config.toml`
 //   DIR/state.json             the manifest: which checkpoint is the last, which step was best
 //   DIR/checkpoints/step-N.safetensors   full training state at step N (weights, optimizer moments, the
-//                              weight average with --ema, step, RNG, data position, best score); the
-//                              newest --keep are kept
+//                              weight average with --ema, step, RNG, data position, best score), the run
+//                              id and run.json as it was; the newest --keep are kept
 //   DIR/metrics.jsonl          one JSON object per logged step and per validation
 //   DIR/train.lock             flock-ed by the `train` using DIR, for as long as it runs; holds its pid
 //
 // Every file is written to a temporary name, fsynced and renamed, so a crash leaves the previous version.
+// The checksum of a file catches corruption (a flipped bit, a cut), not a deliberate edit: a program that
+// rewrites the metadata can recompute it. What can be checked against something else is checked (the
+// settings against the tensors' shapes and the tokenizer, a training state against itself and the run).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -59,19 +64,35 @@ TrainState train_state_from_json(const std::string& json);  // throws std::runti
 // by load_model_dir: a model loaded with a tokenizer other than its own is refused.
 std::string tokenizer_hash(const TokenizerPair& tokenizers);
 
-// DIR/model.safetensors: weights only (and tokenizer_hash, when given).
-void save_model_weights(const std::string& path, const Transformer& model, const std::string& tokenizer_hash = "");
+// A new run's identity: 32 hex digits, 128 random bits (std::random_device). Two runs with the same
+// settings get different ids, so that the files of one are never taken for the other's.
+std::string new_run_id();
+
+// Which run wrote a file, kept in its metadata ("tapeformer.run_id", "tapeformer.step", "tapeformer.run")
+// and checked where files are combined: --resume (train.cpp) and average (average.h).
+struct RunStamp {
+    std::string run_id;      // "" = none: written before runs had ids, or an average of several runs
+    std::int64_t step = -1;  // model files: the step whose weights they hold (−1: no one step, e.g. an
+                             // average); a checkpoint's step is its TrainState's
+    std::string run_json;    // checkpoints: the run's run.json when it was written ("" = not recorded)
+};
+
+// DIR/model.safetensors: weights only (and tokenizer_hash and the stamp's run id and step, when given).
+void save_model_weights(const std::string& path, const Transformer& model, const std::string& tokenizer_hash = "",
+                        const RunStamp& stamp = {});
 // A training checkpoint: weights, the optimizer's state (names prefixed "optim."), the weight average
-// when the run keeps one (--ema: "ema.<parameter>"), the TrainState.
+// when the run keeps one (--ema: "ema.<parameter>"), the TrainState, the stamp's run id and run.json.
 void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
                               const TrainState& state, const std::string& tokenizer_hash = "",
-                              const WeightAverage* average = nullptr);
+                              const WeightAverage* average = nullptr, const RunStamp& stamp = {});
 // Loads weights, optimizer state and (with `average`) the weight average in place and returns the
-// TrainState. Checks format, checksum, names and shapes; every problem is one std::runtime_error line
-// naming the file; a checkpoint with a weight average loaded without one, or the other way round, too.
-// With `tokenizer_hash` (of the run's tokenizer files), a checkpoint trained with another tokenizer is refused.
+// TrainState (and with `stamp` the run id and run.json stored with it). Checks format, checksum, names and
+// shapes; every problem is one std::runtime_error line naming the file; a checkpoint with a weight average
+// loaded without one, or the other way round, too. With `tokenizer_hash` (of the run's tokenizer files), a
+// checkpoint trained with another tokenizer is refused.
 TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
-                                    const std::string& tokenizer_hash = "", WeightAverage* average = nullptr);
+                                    const std::string& tokenizer_hash = "", WeightAverage* average = nullptr,
+                                    RunStamp* stamp = nullptr);
 
 // The names training gives its checkpoints: "checkpoints/step-00000042.safetensors" (relative to DIR).
 std::string checkpoint_name(std::int64_t step);
@@ -85,12 +106,14 @@ struct ModelBundle {
     std::unique_ptr<Transformer> model;
     TokenizerPair tokenizers;
     std::string dir;
+    std::string weights_path;  // the file the weights came from: DIR/model.safetensors or a checkpoint
+    RunStamp stamp;            // its run id and step (run_json not kept)
     std::string note;  // non-empty when the weights are not DIR/model.safetensors: says which they are
 };
 // Reads DIR/model.safetensors and the tokenizers. A run killed before it wrote model.safetensors still has
 // its checkpoints: then the weights of the newest one are used, and `note` says so. Errors (missing
 // directory or files, a corrupted or truncated file, another format version, a tokenizer that does not
-// match the model's vocabulary) are one std::runtime_error line naming the path and what to do.
+// match the model's vocabulary or special ids) are one std::runtime_error line naming the path and what to do.
 // `path` may also be one of the run's checkpoints, DIR/checkpoints/step-N.safetensors: its weights (those
 // validation scores: the average of a run with --ema), with DIR's tokenizers (so that every command can be
 // run on the checkpoints --keep-every keeps).

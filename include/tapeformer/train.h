@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -105,7 +106,23 @@ struct TrainResult {
 // input or a non-finite loss; whatever checkpoint was written last stays intact.
 TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar);
 
-// Reads, validates and returns DIR/run.json (for --resume).
-TrainConfig load_run_config(const std::string& dir);
+// A data file as the run found it at its start (run.json "data_files"): a resumed run must read the same
+// bytes, or the losses differ from the uninterrupted run's.
+struct DataFile {
+    std::string path;        // where it was at the start, absolute
+    std::int64_t bytes = 0;
+    std::string crc32c;      // "crc32c:<8 hex digits>" of its bytes
+};
+
+// What makes a run this run, beside its settings in run.json, and copied into every checkpoint with them
+// (RunStamp, checkpoint.h): --resume continues only a checkpoint of the same run id, settings and data.
+struct RunIdentity {
+    std::string run_id;  // new_run_id() at the start; "" for a run started before runs had ids (resumed
+                         // unchecked: its run.json and checkpoints hold nothing to check against)
+    std::map<std::string, DataFile> data;  // "train_src", "train_tgt", "valid_src", "valid_tgt": those given
+};
+
+// Reads, validates and returns DIR/run.json (for --resume), and with `identity` the run's identity.
+TrainConfig load_run_config(const std::string& dir, RunIdentity* identity = nullptr);
 
 TF_NAMESPACE_END

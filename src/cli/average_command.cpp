@@ -17,6 +17,7 @@ struct AverageOptions {
     std::vector<std::string> checkpoints;
     std::string out_dir;
     bool force = false;
+    bool mix_runs = false;
 };
 
 // --out must be new or empty; with --force it may hold an earlier average (never a training run's directory,
@@ -55,6 +56,8 @@ void add_average_command(CLI::App& app) {
                                  "Instead of --model/--last: these checkpoints (DIR/checkpoints/step-N.safetensors) of one run");
     cmd->add_option("--out", opt->out_dir, "New model directory: model.safetensors and the run's tokenizer files")->required();
     cmd->add_flag("--force", opt->force, "Replace an earlier average in --out");
+    cmd->add_flag("--mix-runs", opt->mix_runs,
+                  "Average checkpoints of different runs (refused without it: each run has its own id, see run.json)");
     list->excludes(cmd->get_option("--model"));
     cmd->callback([opt, cmd]() {
         if (opt->checkpoints.empty() && cmd->count("--model") == 0)
@@ -62,11 +65,11 @@ void add_average_command(CLI::App& app) {
         check_out_dir(*opt);
         const std::vector<std::string> paths =
             opt->checkpoints.empty() ? newest_checkpoints(opt->model_dir, opt->last) : opt->checkpoints;
-        const ModelBundle mean = average_models(paths);
+        const ModelBundle mean = average_models(paths, opt->mix_runs);
         std::filesystem::create_directories(opt->out_dir);
         mean.tokenizers.save(opt->out_dir);
         save_model_weights((std::filesystem::path(opt->out_dir) / "model.safetensors").string(), *mean.model,
-                           tokenizer_hash(mean.tokenizers));
+                           tokenizer_hash(mean.tokenizers), mean.stamp);
         std::cout << "averaged " << paths.size() << " checkpoints:";
         for (const std::string& p : paths) std::cout << " " << p;
         std::cout << "\nwrote " << opt->out_dir << "/model.safetensors and the tokenizer\n";

@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
+#include "tapeformer/data/vocab.h"
 #include "tapeformer/error.h"
 #include "tapeformer/io.h"
 #include "tapeformer/safetensors.h"
@@ -26,6 +29,9 @@ const char* kStateKey = "tapeformer.train_state";
 const char* kOptimPrefix = "optim.";
 const char* kAveragePrefix = "ema.";
 const char* kTokenizerKey = "tapeformer.tokenizer";
+const char* kRunIdKey = "tapeformer.run_id";
+const char* kStepKey = "tapeformer.step";    // model files: the step whose weights they hold
+const char* kRunJsonKey = "tapeformer.run";  // checkpoints: run.json when written
 
 std::string crc_text(std::uint32_t crc) {
     char hex[16];
@@ -42,12 +48,42 @@ std::string tokenizer_file_bytes(const Tokenizer& t) {
 }
 
 std::map<std::string, std::string> model_metadata(const Transformer& model, const char* kind,
-                                                  const std::string& tokenizer_hash) {
+                                                  const std::string& tokenizer_hash, const std::string& run_id) {
     std::map<std::string, std::string> meta = model.config.to_metadata();
     meta[kFormatKey] = std::to_string(kCheckpointFormat);
     meta[kKindKey] = kind;
     if (!tokenizer_hash.empty()) meta[kTokenizerKey] = tokenizer_hash;
+    if (!run_id.empty()) meta[kRunIdKey] = run_id;
     return meta;
+}
+
+std::string metadata_or(const SafetensorsFile& file, const char* key, const std::string& otherwise = "") {
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? otherwise : it->second;
+}
+
+// The step a file's weights are of: a checkpoint's training state, a model file's "tapeformer.step";
+// −1 when it records none. Only read to tell two files of one run apart (average), so a state that does
+// not parse counts as none here; resuming from it refuses it (load_training_checkpoint).
+std::int64_t recorded_step(const SafetensorsFile& file) {
+    try {
+        if (auto state = file.metadata.find(kStateKey); state != file.metadata.end())
+            return json_integer<std::int64_t>(nlohmann::json::parse(state->second).at("step"), "step");
+        if (auto step = file.metadata.find(kStepKey); step != file.metadata.end())
+            return json_integer<std::int64_t>(nlohmann::json::parse(step->second), kStepKey);
+    } catch (const std::exception&) {
+    }
+    return -1;
+}
+
+// The special ids of tapeformer's tokenizers (vocab.h: <pad>=0, <s>=1, </s>=2 in every vocabulary) are no
+// tensor's shape, so an edited pad_id would pass every shape check and silently change the loss and decoding.
+void check_special_ids(const std::string& path, const ModelConfig& config) {
+    for (auto [name, id, expected] : {std::tuple<const char*, std::int32_t, std::int32_t>{"pad_id", config.pad_id, kPadId},
+                                      {"bos_id", config.bos_id, kBosId}, {"eos_id", config.eos_id, kEosId}})
+        if (id != expected)
+            throw std::runtime_error(path + ": model setting " + name + " is " + std::to_string(id) + ", but the tokenizer's " +
+                                     kSpecialPieces[expected] + " is id " + std::to_string(expected) + " (the metadata was edited)");
 }
 
 // Refuses files without our format key or of another version, naming both versions.
@@ -230,10 +266,17 @@ TrainState train_state_from_json(const std::string& text) {
         // a best step from its future, a negative time), so they are refused here.
         auto refuse = [](const std::string& what) { throw std::runtime_error(what); };
         if (s.step < 0 || s.epoch < 0 || s.batch_in_epoch < 0) refuse("negative position");
+        // Every epoch took a step at least (train.cpp checks the exact count against the run's batches
+        // per epoch): epoch 10^15 at step 3 is no state a run reaches.
+        if (s.epoch > s.step)
+            refuse("epoch " + std::to_string(s.epoch) + " is past step " + std::to_string(s.step) + " (every epoch takes a step)");
         if (s.best_step < -1 || s.best_step > s.step)
             refuse("best_step " + std::to_string(s.best_step) + " is not -1 or a step up to step " + std::to_string(s.step));
         if (s.valid_step < -1 || s.valid_step > s.step)
             refuse("valid_step " + std::to_string(s.valid_step) + " is not -1 or a step up to step " + std::to_string(s.step));
+        if (j.contains("valid_step") && s.best_step > s.valid_step)  // the best is one of the validations, the last of which is valid_step
+            refuse("best_step " + std::to_string(s.best_step) + " is after the last validation, valid_step " +
+                   std::to_string(s.valid_step));
         if (!std::isfinite(s.train_seconds) || s.train_seconds < 0)
             refuse("train_seconds " + std::to_string(s.train_seconds) + " is not a time");
         if (!std::isfinite(s.best_score)) refuse("best_score is not finite");
@@ -259,23 +302,39 @@ std::string tokenizer_hash(const TokenizerPair& tokenizers) {
     return crc_text(crc);
 }
 
-void save_model_weights(const std::string& path, const Transformer& model, const std::string& tokenizer_hash) {
-    save_safetensors(path, model.parameters(), model_metadata(model, "model", tokenizer_hash), /*with_checksum=*/true);
+std::string new_run_id() {
+    std::random_device device;
+    std::string id;
+    for (int i = 0; i < 4; ++i) {  // 4 × 32 bits
+        char hex[9];
+        std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(device()));
+        id += hex;
+    }
+    return id;
+}
+
+void save_model_weights(const std::string& path, const Transformer& model, const std::string& tokenizer_hash,
+                        const RunStamp& stamp) {
+    auto meta = model_metadata(model, "model", tokenizer_hash, stamp.run_id);
+    if (stamp.step >= 0) meta[kStepKey] = std::to_string(stamp.step);
+    save_safetensors(path, model.parameters(), meta, /*with_checksum=*/true);
 }
 
 void save_training_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
-                              const TrainState& state, const std::string& tokenizer_hash, const WeightAverage* average) {
+                              const TrainState& state, const std::string& tokenizer_hash, const WeightAverage* average,
+                              const RunStamp& stamp) {
     std::vector<NamedTensor> tensors = model.parameters();
     for (NamedTensor& t : optimizer.state()) tensors.push_back({kOptimPrefix + t.name, t.tensor});
     if (average)
         for (NamedTensor& t : average->state()) tensors.push_back(t);  // already "ema.<parameter>"
-    auto meta = model_metadata(model, "training checkpoint", tokenizer_hash);
+    auto meta = model_metadata(model, "training checkpoint", tokenizer_hash, stamp.run_id);
     meta[kStateKey] = to_json(state);
+    if (!stamp.run_json.empty()) meta[kRunJsonKey] = stamp.run_json;
     save_safetensors(path, tensors, meta, /*with_checksum=*/true);
 }
 
 TrainState load_training_checkpoint(const std::string& path, Transformer& model, Optimizer& optimizer,
-                                    const std::string& tokenizer_hash, WeightAverage* average) {
+                                    const std::string& tokenizer_hash, WeightAverage* average, RunStamp* stamp) {
     const SafetensorsFile file = load_safetensors(path);
     check_format(file, "training checkpoint");
     check_same_config(file, model);
@@ -310,6 +369,7 @@ TrainState load_training_checkpoint(const std::string& path, Transformer& model,
             throw std::runtime_error(path + ": weight average does not fit this run: " + e.what());
         }
     }
+    if (stamp) *stamp = RunStamp{metadata_or(file, kRunIdKey), state.step, metadata_or(file, kRunJsonKey)};
     return state;
 }
 
@@ -357,6 +417,10 @@ ModelBundle load_model_dir(const std::string& path) {
         throw std::runtime_error(weights_path + ": " + e.what());
     }
     check_config_fits_tensors(file, config);  // before the model is allocated
+    check_special_ids(weights_path, config);
+    bundle.weights_path = weights_path;
+    bundle.stamp.run_id = metadata_or(file, kRunIdKey);
+    bundle.stamp.step = recorded_step(file);
     bundle.model = std::make_unique<Transformer>(config);
     load_into(bundle.model->parameters(), file, /*strict=*/true);
     if (!average.tensors.empty()) {  // the weights the run validated: its average, in place of the last step's

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -81,14 +82,87 @@ void TrainConfig::validate() const {
     m.validate();
 }
 
-TrainConfig load_run_config(const std::string& dir) {
+namespace {
+
+// The data files a run reads, by their run.json key, with their flags.
+struct DataSlot {
+    const char* key;   // "train_src": data.train_src in run.json, data_files.train_src
+    const char* flag;  // "--train-src"
+    std::string DataConfig::*path;
+};
+const DataSlot kDataSlots[] = {{"train_src", "--train-src", &DataConfig::train_src},
+                               {"train_tgt", "--train-tgt", &DataConfig::train_tgt},
+                               {"valid_src", "--valid-src", &DataConfig::valid_src},
+                               {"valid_tgt", "--valid-tgt", &DataConfig::valid_tgt}};
+
+// The settings (by run.json key) that a run may change mid-run: where it stops and what it logs, validates
+// and keeps (TrainConfig::ResumeChanges), none of which changes a number the training computes; and the
+// data files' paths, whose contents are compared instead (a file moved and named anew in run.json is the
+// same data). Every other setting decides the run and must stay what its checkpoints were trained with.
+bool may_change_mid_run(const std::string& key) {
+    static const std::set<std::string> keys = {
+        "stop.max_steps", "stop.epochs",    "stop.time_budget_minutes", "every.log",      "every.valid",
+        "every.checkpoint", "every.keep",   "every.keep_every",         "every.heads",    "data.train_src",
+        "data.train_tgt", "data.valid_src", "data.valid_tgt"};
+    return keys.count(key) > 0;
+}
+
+// DIR/run.json: the settings (train_settings.h to_json) and the run's identity.
+std::string run_json(const TrainConfig& c, const RunIdentity& identity) {
+    nlohmann::json j = nlohmann::json::parse(to_json(c));
+    if (!identity.run_id.empty()) j["run_id"] = identity.run_id;
+    for (const auto& [key, file] : identity.data)
+        j["data_files"][key] = {{"path", file.path}, {"bytes", file.bytes}, {"crc32c", file.crc32c}};
+    return j.dump(2) + "\n";
+}
+
+RunIdentity run_identity_from_json(const std::string& text) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    RunIdentity identity;
+    if (j.contains("run_id")) {
+        identity.run_id = j.at("run_id").get<std::string>();
+        if (identity.run_id.empty()) throw std::runtime_error("\"run_id\" is empty");
+    }
+    if (j.contains("data_files")) {
+        for (const auto& [key, f] : j.at("data_files").items()) {
+            if (std::none_of(std::begin(kDataSlots), std::end(kDataSlots), [&](const DataSlot& d) { return key == d.key; }))
+                throw std::runtime_error("\"data_files\" has an entry '" + key + "', which is no data file of a run");
+            identity.data[key] = DataFile{f.at("path").get<std::string>(),
+                                          json_integer<std::int64_t>(f.at("bytes"), "data_files." + key + ".bytes"),
+                                          f.at("crc32c").get<std::string>()};
+        }
+    }
+    return identity;
+}
+
+// The size and CRC-32C of the file at `path` now.
+DataFile data_file(const std::string& path) {
+    const std::string bytes = read_file(path);
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", crc32c(bytes));
+    return DataFile{path, static_cast<std::int64_t>(bytes.size()), std::string("crc32c:") + hex};
+}
+
+std::string data_file_text(const DataFile& f) { return std::to_string(f.bytes) + " bytes, " + f.crc32c; }
+
+}  // namespace
+
+TrainConfig load_run_config(const std::string& dir, RunIdentity* identity) {
     const std::string path = (fs::path(dir) / "run.json").string();
     if (!fs::exists(path))
         throw std::runtime_error("cannot resume: '" + dir + "' holds no run.json (is it a tapeformer training directory?)");
     try {
-        TrainConfig c = train_config_from_json(read_file(path));
+        const std::string text = read_file(path);
+        TrainConfig c = train_config_from_json(text);
         c.out_dir = dir;
         c.validate();  // an edited run.json (--checkpoint-every 0 would divide by zero) is refused here
+        if (identity) {
+            try {
+                *identity = run_identity_from_json(text);
+            } catch (const std::exception& e) {
+                throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
+            }
+        }
         return c;
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": " + e.what());
@@ -429,6 +503,9 @@ private:
     void start_writing();      // only now: --force's deletions, the tokenizer, run.json, metrics.jsonl
     void lock_directory();
     std::string resume_checkpoint();
+    void check_data_files();  // --resume: the data files are the ones the run started with
+    void check_run_settings(const std::string& path, const RunStamp& stamp) const;
+    void check_reachable(const std::string& path) const;
     void train_step(const Batch& batch);
     void log_progress(bool force_line, bool interrupted = false);
     bool validate();  // false when a signal interrupted it (nothing of it kept: the run still owes it)
@@ -445,6 +522,7 @@ private:
     RunLock lock_;
     std::string resume_from_;  // --resume: the checkpoint to load ("" = start the run from step 0)
     std::string updated_run_json_;  // --resume with ResumeChanges: run.json with them ("" = unchanged)
+    RunIdentity identity_;          // the run's id and data files (new: made here; --resume: run.json's)
 
     TokenizerPair tokenizers_;
     std::unique_ptr<Batcher> batcher_;
@@ -502,7 +580,7 @@ void Trainer::prepare_directory() {
     if (c_.resume) {
         // Settings come from the run itself; the stopping rules, threads and the run-time settings of
         // this call (TrainConfig::ResumeChanges) extend it.
-        TrainConfig stored = load_run_config(dir_);
+        TrainConfig stored = load_run_config(dir_, &identity_);
         lock_directory();
         const std::int64_t first_checkpoint = stored.checkpoint_every;
         const TrainConfig::ResumeChanges& change = c_.resume_changes;
@@ -511,7 +589,8 @@ void Trainer::prepare_directory() {
         if (change.checkpoint_every) stored.checkpoint_every = *change.checkpoint_every;
         if (change.keep) stored.keep = *change.keep;
         // Changed settings stay for later resumes: a plain --resume after --keep 10 must not prune to 3.
-        if (to_json(stored) != read_file((fs::path(dir_) / "run.json").string())) updated_run_json_ = to_json(stored);
+        const std::string updated = run_json(stored, identity_);
+        if (updated != read_file((fs::path(dir_) / "run.json").string())) updated_run_json_ = updated;
         // A stopping rule set here replaces the run's; the CLI also passes one given as 0 (no limit).
         stored.max_steps = change.max_steps.value_or(c_.max_steps ? c_.max_steps : stored.max_steps);
         stored.epochs = change.epochs.value_or(c_.epochs ? c_.epochs : stored.epochs);
@@ -552,6 +631,40 @@ void Trainer::prepare_directory() {
                                      "--force (deletes the files it wrote, once this run's inputs are read), or choose another --out");
         lock_directory();  // a run in progress there is refused now, not after reading the data
     }
+    // A new run: its own id, and its data files by absolute path, so that --resume from another working
+    // directory reads the same files (prepare_data records their size and CRC).
+    identity_.run_id = new_run_id();
+    for (const DataSlot& d : kDataSlots) {
+        std::string& path = c_.data.*d.path;
+        if (!path.empty()) path = fs::absolute(path).lexically_normal().string();
+    }
+}
+
+void Trainer::check_data_files() {
+    const std::string run_json_path = (fs::path(dir_) / "run.json").string();
+    for (const DataSlot& d : kDataSlots) {
+        const std::string& path = c_.data.*d.path;
+        auto recorded = identity_.data.find(d.key);
+        if (recorded == identity_.data.end()) {
+            if (path.empty()) continue;
+            throw std::runtime_error(run_json_path + ": data." + d.key + " '" + path + "' is not a file the run started with " +
+                                     "(data_files records no size and CRC for it: run.json was edited, or it was not a regular " +
+                                     "file, such as a pipe, which cannot be read again); restore run.json or start a new run");
+        }
+        const DataFile& then = recorded->second;
+        if (path.empty())
+            throw std::runtime_error(run_json_path + ": data." + d.key + " is empty, but the run started with " + d.flag + " " +
+                                     then.path + "; restore run.json");
+        std::error_code ec;
+        if (!fs::is_regular_file(path, ec))
+            throw std::runtime_error("the run's " + std::string(d.flag) + ", " + path + ", is gone (moved or deleted?): put it back, "
+                                     "or set data." + d.key + " in " + run_json_path + " to where it is now");
+        const DataFile now = data_file(path);
+        if (now.bytes != then.bytes || now.crc32c != then.crc32c)
+            throw std::runtime_error(path + " (" + d.flag + ") is not the file the run started with: it has " + data_file_text(now) +
+                                     ", the run recorded " + data_file_text(then) + " (changed, shuffled or replaced); "
+                                     "restore it, or start a new run");
+    }
 }
 
 // The checkpoint --resume continues from: the newest one state.json lists that is on disk (after a damaged
@@ -583,6 +696,10 @@ std::string Trainer::resume_checkpoint() {
 }
 
 void Trainer::prepare_data() {
+    if (c_.resume && !identity_.run_id.empty()) check_data_files();
+    if (c_.resume && identity_.run_id.empty())
+        log_ << "this run was started before runs had ids: its settings and data files are not checked against its "
+                "checkpoints (start it over to have them checked)\n";
     // Every input file is read before any work, so that a wrong name fails at once.
     const ParallelText train_text = read_parallel(c_.data.train_src, c_.data.train_tgt);
     ParallelText valid_text;
@@ -601,6 +718,11 @@ void Trainer::prepare_data() {
         log_ << "training a " << to_string(c_.data.tokenizer) << " tokenizer (" << (opt.joint ? "joint" : "separate")
              << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
         tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);  // saved by start_writing
+        // Regular files only: a pipe (--train-src <(zcat ...)) has been read and cannot be read again, nor
+        // resumed from the same bytes.
+        std::error_code ec;
+        for (const DataSlot& d : kDataSlots)
+            if (fs::is_regular_file(c_.data.*d.path, ec)) identity_.data[d.key] = data_file(c_.data.*d.path);
     }
     EncodedCorpus train = encode_parallel(train_text, tokenizers_, c_.data.max_len);
     if (train.examples.empty())
@@ -666,7 +788,15 @@ void Trainer::build_model() {
         const std::string path = (fs::path(dir_) / resume_from_).string();
         const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
         try {
-            state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_), average_.get());
+            RunStamp stamp;
+            state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_), average_.get(), &stamp);
+            if (stamp.run_id != identity_.run_id)
+                throw std::runtime_error(path + ": a checkpoint of another run (" +
+                                         (stamp.run_id.empty() ? std::string("no run id") : "run id " + stamp.run_id) + "; this run, " +
+                                         dir_ + "/run.json, is " +
+                                         (identity_.run_id.empty() ? std::string("of no run id") : "run " + identity_.run_id) +
+                                         "); move it out of " + dir_ + "/checkpoints");
+            check_run_settings(path, stamp);
             // The state must be the one this file's name and this run's data allow.
             if (state_.step != checkpoint_step(resume_from_))
                 throw std::runtime_error(path + ": its training state is at step " + std::to_string(state_.step) +
@@ -675,6 +805,7 @@ void Trainer::build_model() {
                 throw std::runtime_error(path + ": its training state is at batch " + std::to_string(state_.batch_in_epoch) +
                                          " of an epoch, but the run's training data gives " +
                                          std::to_string(batcher_->num_batches()) + " batches per epoch");
+            check_reachable(path);
         } catch (const std::runtime_error& e) {
             if (manifest_.kept.size() < 2) throw;
             const std::string& older = manifest_.kept[manifest_.kept.size() - 2];
@@ -694,6 +825,72 @@ void Trainer::build_model() {
          << (average_ ? "; validates a weight average (ema " + fmt("%g", c_.optim.ema) + ")" : std::string()) << "\n";
 }
 
+// The settings that decide the run (all but those may_change_mid_run) must be those the checkpoint was
+// trained with, and so must the data files' records: an edited run.json (another seed, other data)
+// would otherwise continue silently into other losses. A checkpoint without run.json (written before
+// checkpoints kept it) has nothing to compare with.
+void Trainer::check_run_settings(const std::string& path, const RunStamp& stamp) const {
+    if (stamp.run_json.empty()) return;
+    const std::string run_json_path = (fs::path(dir_) / "run.json").string();
+    TrainConfig then;
+    RunIdentity then_identity;
+    try {
+        then = train_config_from_json(stamp.run_json);
+        then_identity = run_identity_from_json(stamp.run_json);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": the run.json it keeps cannot be read: " + e.what());
+    }
+    const std::string fix = ": the settings that decide a run cannot change mid-run; restore run.json, or start a new run";
+    for (const Setting<TrainConfig>& s : train_settings()) {
+        if (s.key.empty() || may_change_mid_run(s.key)) continue;
+        const std::string now = s.get(c_), before = s.get(then);
+        if (now != before)
+            throw std::runtime_error(run_json_path + ": " + s.key + (s.name.empty() ? "" : " (--" + s.name + ")") + " is " + now +
+                                     ", but " + path + " was trained with " + before + fix);
+    }
+    for (const DataSlot& d : kDataSlots) {
+        const auto a = identity_.data.find(d.key);
+        const auto b = then_identity.data.find(d.key);
+        const std::string now = a == identity_.data.end() ? "none" : data_file_text(a->second);
+        const std::string before = b == then_identity.data.end() ? "none" : data_file_text(b->second);
+        if (now != before)
+            throw std::runtime_error(run_json_path + ": data_files." + d.key + " (" + d.flag + ") records " + now + ", but " + path +
+                                     " was trained on " + before + fix);
+    }
+}
+
+// A training state the run reaches, checked against itself (train_state_from_json) and here against the
+// run's settings and data: its checksum only shows that nothing was corrupted, and a program that edits
+// the state can recompute it.
+void Trainer::check_reachable(const std::string& path) const {
+    const TrainState& s = state_;
+    auto refuse = [&](const std::string& what) { throw std::runtime_error(path + ": its training state " + what + ", which this run does not reach"); };
+    const std::int64_t batches = batcher_->num_batches();
+    if (c_.overfit_batch) {
+        if (s.epoch != 0 || s.batch_in_epoch != 0)
+            refuse("is at epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch_in_epoch) +
+                   " (--overfit-batch trains one endless epoch)");
+    } else if ((s.step - s.batch_in_epoch) % batches != 0 || (s.step - s.batch_in_epoch) / batches != s.epoch) {
+        // Each batch is one step: step = epoch · batches per epoch + batch_in_epoch (epoch <= step, checked).
+        refuse("is at epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch_in_epoch) + " of it at step " +
+               std::to_string(s.step) + " (with " + std::to_string(batches) + " batches per epoch, step " + std::to_string(s.step) +
+               " is epoch " + std::to_string((s.step - s.batch_in_epoch) / batches + 1) + ")");
+    }
+    if (valid_examples_.empty() && (s.valid_step >= 0 || s.best_step >= 0))
+        refuse("records a validation at step " + std::to_string(std::max(s.valid_step, s.best_step)) + " (the run has no validation data)");
+    if (s.best_step < 0 && s.best_score != 0) refuse("has a best score without a validation");
+    if (s.best_step >= 0 && (c_.valid_bleu ? s.best_score < 0 || s.best_score > 100 : s.best_score > 0))
+        refuse("has best score " + fmt("%g", s.best_score) + (c_.valid_bleu ? " (a BLEU is between 0 and 100)" : " (-loss is at most 0)"));
+    // Every step trains on at least one target token (each row ends with EOS) and at most --batch-tokens.
+    if (s.target_tokens < s.step || (s.step > 0 && (s.target_tokens - 1) / c_.data.batch_tokens >= s.step))
+        refuse("counts " + std::to_string(s.target_tokens) + " target tokens in " + std::to_string(s.step) + " steps of at most " +
+               std::to_string(c_.data.batch_tokens));
+    const TrainState::LogWindow& w = s.log_window;
+    if (w.tokens < w.steps || w.tokens > s.target_tokens || w.seconds > s.train_seconds)
+        refuse("has a log window of " + std::to_string(w.steps) + " steps, " + std::to_string(w.tokens) + " tokens and " +
+               fmt("%g", w.seconds) + " s in a run of " + std::to_string(s.target_tokens) + " tokens and " + fmt("%g", s.train_seconds) + " s");
+}
+
 void Trainer::start_writing() {
     std::error_code ec;
     if (!lock_.held()) {
@@ -707,7 +904,7 @@ void Trainer::start_writing() {
             remove_run_files(dir_);
         }
         tokenizers_.save(dir_);
-        write_file_atomic((fs::path(dir_) / "run.json").string(), to_json(c_));
+        write_file_atomic((fs::path(dir_) / "run.json").string(), run_json(c_, identity_));
         write_file_atomic((fs::path(dir_) / "config.toml").string(), to_toml(c_));
     }
     if (!updated_run_json_.empty()) write_file_atomic((fs::path(dir_) / "run.json").string(), updated_run_json_);
@@ -906,7 +1103,8 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
     if (improved) {
         state_.best_score = score;
         state_.best_step = state_.step;
-        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_));
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_),
+                           RunStamp{identity_.run_id, state_.step, ""});
     }
     j["best"] = improved;
     write_metrics(j);
@@ -928,14 +1126,15 @@ void Trainer::checkpoint() {
     if (!unsaved_changes()) return;
     checkpointed_ = state_;
     const std::string name = checkpoint_name(state_.step);
-    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_,
-                             tokenizer_hash(tokenizers_), average_.get());
+    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_, tokenizer_hash(tokenizers_),
+                             average_.get(), RunStamp{identity_.run_id, -1, run_json(c_, identity_)});
     // Until a validation has chosen the best weights (and always without validation data), the weights to
     // use are the last ones (their average, with --ema): a run killed before its first validation still
     // leaves a usable model.
     if (valid_examples_.empty() || state_.best_step < 0) {
         const AveragedWeightsScope averaged(average_.get());
-        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_));
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_),
+                           RunStamp{identity_.run_id, state_.step, ""});
     }
     manifest_.last = name;
     manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), name), manifest_.kept.end());
