@@ -8,14 +8,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
-targets=("$@")
-((${#targets[@]})) || targets=(safetensors run_state text vocab sentencepiece toml bleu)
+targets=("$@")  # none named: every target of tests/fuzz/CMakeLists.txt (TF_FUZZ_TARGETS)
 
 launcher=(); command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # -O1: compiles fast and still runs the targets at thousands of inputs per second under ASan.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
       -DCMAKE_CXX_COMPILER=clang++-14 -DTAPEFORMER_FUZZ=ON -DTAPEFORMER_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+if ((${#targets[@]})); then
+  cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+else
+  cmake --build build-fuzz -j "$(nproc)" --target fuzz_targets
+  for exe in build-fuzz/tests/fuzz/fuzz_*; do
+    [[ -x $exe && -f $exe ]] && targets+=("${exe##*/fuzz_}")
+  done
+fi
 
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

@@ -13,8 +13,8 @@ pkgs=(
   libsentencepiece-dev     # subword tokenization
   nlohmann-json3-dev       # JSON (safetensors headers, metrics, reports)
   libtomlplusplus-dev      # TOML (train --config, DIR/config.toml)
-  chromium                 # headless, for the test that renders `tapeformer report` (skipped without it)
-  graphviz                 # dot, for the test that renders `tapeformer tape --dot` (skipped without it)
+  chromium                 # headless, for the test that renders `tapeformer report` (reported skipped without it)
+  graphviz                 # dot, for the test that renders `tapeformer tape --dot` (reported skipped without it)
   clang-14 libfuzzer-14-dev libomp-14-dev  # the fuzz pass of scripts/test.sh (scripts/fuzz.sh)
 )
 missing=()

@@ -1,5 +1,7 @@
-// The primitive ops: for each, the forward kernel and, right after it, the backward closure it records.
-// Kernels are plain loops over contiguous memory; OpenMP splits their outer loop across threads.
+// The textbook primitives: for each, the forward kernel and, right after it, the backward closure it records.
+// Kernels are plain loops over contiguous memory; OpenMP splits their outer loop across threads. The fused
+// kernels (each equal to a composition of these) are in fused_ops.cpp, the ops only a head study uses in
+// study_ops.cpp; what they share is in ops_kernels.h.
 #include "tapeformer/ops.h"
 
 #include <algorithm>
@@ -10,215 +12,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "tapeformer/autograd.h"
-#include "tapeformer/blas.h"
-#include "tapeformer/error.h"
-#include "tapeformer/lanes.h"
-#include "tapeformer/parallel.h"
+#include "ops_kernels.h"
 
 TF_NAMESPACE_BEGIN
-
-namespace {
-
-void require_defined(const char* op, const Tensor& t, const char* what) {
-    if (!t.defined()) fail(op, std::string(what) + " is an undefined tensor");
-}
-
-constexpr std::int64_t kColumnBlock = 64;
-
-std::int64_t column_blocks(std::int64_t Cn) { return (Cn + kColumnBlock - 1) / kColumnBlock; }
-
-// Calls f(c0, c1) for blocks of 64 of the Cn columns, the blocks split across threads when `work` (the
-// values touched) is worth it. Sums that a thread keeps to its own columns, adding rows in order, do not
-// depend on the thread count.
-template <class F>
-void over_column_blocks(std::int64_t Cn, std::int64_t work, F f) {
-    const std::int64_t blocks = column_blocks(Cn);
-#pragma omp parallel for schedule(static) if (work >= kParallelGrain && blocks > 1)
-    for (std::int64_t blk = 0; blk < blocks; ++blk) f(blk * kColumnBlock, std::min(Cn, (blk + 1) * kColumnBlock));
-}
-
-// dst.data[i] = v for a gradient not yet written, else += v (Tensor::grad_target): for a backward that
-// gives each value of its operand's gradient exactly one contribution. In a hot loop, use write_or_add
-// (the branch outside the loop, so that both loops vectorise).
-inline void accumulate(const GradTarget& dst, std::int64_t i, real v) {
-    dst.data[i] = dst.overwrite ? v : dst.data[i] + v;
-}
-
-// dst[i] (=|+=) f(i) for i in [0, n), in parallel. f captures by value ([=]) and each thread takes its own
-// copy (firstprivate): with f shared, GCC reloads the operands' pointers from it in every iteration and
-// vectorises with gathers, four times slower (seen in relu's and dropout's backward).
-template <class F>
-void write_or_add(const GradTarget& dst, std::int64_t n, F f) {
-    real* d = dst.data;
-    if (dst.overwrite) {
-#pragma omp parallel for simd schedule(static) firstprivate(f) if (n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i) d[i] = f(i);
-    } else {
-#pragma omp parallel for simd schedule(static) firstprivate(f) if (n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i) d[i] += f(i);
-    }
-}
-
-// dst[c] (=|+=) Σ_r f(r, c) for the columns of block `blk` (column_blocks) of an (R, Cn) layout.
-template <class F>
-void sum_column_block(std::int64_t R, std::int64_t Cn, std::int64_t blk, const GradTarget& dst, F f) {
-    real* out = dst.data;
-    const std::int64_t c0 = blk * kColumnBlock, c1 = std::min(Cn, c0 + kColumnBlock);
-    std::int64_t r = 0;
-    if (dst.overwrite && R > 0) {
-#pragma omp simd
-        for (std::int64_t c = c0; c < c1; ++c) out[c] = f(0, c);
-        r = 1;
-    }
-    for (; r < R; ++r)
-#pragma omp simd
-        for (std::int64_t c = c0; c < c1; ++c) out[c] += f(r, c);
-}
-
-// dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
-template <class F>
-void sum_over_rows(std::int64_t R, std::int64_t Cn, GradTarget dst, F f) {
-    const std::int64_t blocks = column_blocks(Cn);
-#pragma omp parallel for schedule(static) if (R * Cn >= kParallelGrain && blocks > 1)
-    for (std::int64_t blk = 0; blk < blocks; ++blk) sum_column_block(R, Cn, blk, dst, f);
-}
-
-// ---- broadcasting ---------------------------------------------------------------------------------------
-// Both operands are padded on the left to four axes; a stride of 0 repeats a value along an axis.
-struct Broadcast {
-    Shape out;
-    std::int64_t n[4];
-    std::int64_t sa[4], sb[4];
-};
-
-void padded_strides(const Shape& s, const std::int64_t (&n)[4], std::int64_t (&stride)[4]) {
-    std::int64_t d[4] = {1, 1, 1, 1};
-    for (int i = 0; i < s.rank; ++i) d[4 - s.rank + i] = s.dims[i];
-    std::int64_t st = 1;
-    for (int i = 3; i >= 0; --i) {
-        stride[i] = (d[i] == 1 && n[i] != 1) ? 0 : st;
-        st *= d[i];
-    }
-}
-
-Broadcast broadcast(const char* op, const Shape& a, const Shape& b) {
-    Broadcast bc;
-    int rank = std::max(a.rank, b.rank);
-    bc.out.rank = rank;
-    for (int i = 0; i < 4; ++i) {
-        std::int64_t da = 1, db = 1;
-        int ia = i - (4 - a.rank), ib = i - (4 - b.rank);
-        if (ia >= 0) da = a.dims[ia];
-        if (ib >= 0) db = b.dims[ib];
-        if (da != db && da != 1 && db != 1)
-            fail(op, "shapes " + a.str() + " and " + b.str() + " do not broadcast");
-        bc.n[i] = std::max(da, db);
-        if (da == 0 || db == 0) bc.n[i] = 0;
-        if (i >= 4 - rank) bc.out.dims[i - (4 - rank)] = bc.n[i];
-    }
-    padded_strides(a, bc.n, bc.sa);
-    padded_strides(b, bc.n, bc.sb);
-    return bc;
-}
-
-// True when `small`, without its leading 1s, is the trailing part of `out`: (C) or (1, C) of (B, T, C).
-bool is_trailing(const Shape& small, const Shape& out) {
-    int first = 0;
-    while (first < small.rank && small.dims[first] == 1) ++first;
-    const int kept = small.rank - first;
-    if (kept > out.rank) return false;
-    for (int i = 0; i < kept; ++i)
-        if (small.dims[first + i] != out.dims[out.rank - kept + i]) return false;
-    return true;
-}
-
-// Calls f(o, ia, ib) for every output element o with the matching offsets into a and b. Rows of the last
-// axis are split across threads when `parallel` (only safe when f writes to distinct places for each o).
-template <class F>
-void for_each_broadcast(const Broadcast& bc, bool parallel, F f) {
-    const std::int64_t rows = bc.n[0] * bc.n[1] * bc.n[2], n3 = bc.n[3];
-#pragma omp parallel for schedule(static) if (parallel && rows * n3 >= kParallelGrain)
-    for (std::int64_t r = 0; r < rows; ++r) {
-        std::int64_t i2 = r % bc.n[2], i1 = (r / bc.n[2]) % bc.n[1], i0 = r / (bc.n[2] * bc.n[1]);
-        std::int64_t a0 = i0 * bc.sa[0] + i1 * bc.sa[1] + i2 * bc.sa[2];
-        std::int64_t b0 = i0 * bc.sb[0] + i1 * bc.sb[1] + i2 * bc.sb[2];
-        std::int64_t o = r * n3;
-        for (std::int64_t j = 0; j < n3; ++j) f(o + j, a0 + j * bc.sa[3], b0 + j * bc.sb[3]);
-    }
-}
-
-// The shared body of add / sub / mul / div. `fwd(x, y)` is the value, `da(x, y, g)` and `db(x, y, g)` the
-// contributions of one output element to the gradients of its two operands.
-template <class Fwd, class DA, class DB>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b, Fwd fwd, DA da, DB db) {
-    require_defined(op, a, "first operand");
-    require_defined(op, b, "second operand");
-    Broadcast bc = broadcast(op, a.shape(), b.shape());
-    Tensor out = Tensor::empty(bc.out);
-    const real *pa = a.data(), *pb = b.data();
-    real* po = out.data();
-    if (a.shape() == b.shape()) {
-        const std::int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-        for (std::int64_t i = 0; i < n; ++i) po[i] = fwd(pa[i], pb[i]);
-    } else {
-        for_each_broadcast(bc, true, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) { po[o] = fwd(pa[ia], pb[ib]); });
-    }
-    if (!needs_grad({&a, &b})) return out;
-    return record(op, out, {a, b}, [bc, da, db](Tensor& y, std::vector<Tensor>& in) {
-        const real* g = y.grad();
-        const real *x0 = in[0].data(), *x1 = in[1].data();
-        const std::int64_t n = y.numel();
-        // An operand that was not stretched receives one contribution per element: safe to parallelise.
-        // One stretched along leading axes only ((C) or (T, C) against (B, T, C)) while the other is full
-        // size gets a sum over the rows of an (n / Cn, Cn) layout: split by columns (sum_over_rows).
-        // Any other stretched operand adds several contributions to one element in no fixed pattern: its
-        // gradient is zeroed first (grad()) and the loop stays serial.
-        if (in[0].requires_grad()) {
-            const std::int64_t cols = in[0].numel();
-            if (cols < n && in[1].numel() == n && is_trailing(in[0].shape(), bc.out)) {
-                sum_over_rows(n / cols, cols, in[0].grad_target(), [&](std::int64_t r, std::int64_t c) {
-                    return da(x0[c], x1[r * cols + c], g[r * cols + c]);
-                });
-            } else if (cols == n && in[1].numel() == n) {  // the same shape
-                write_or_add(in[0].grad_target(), n, [=](std::int64_t i) { return da(x0[i], x1[i], g[i]); });
-            } else if (cols == n) {
-                const GradTarget g0 = in[0].grad_target();
-                for_each_broadcast(bc, true, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
-                    accumulate(g0, ia, da(x0[ia], x1[ib], g[o]));
-                });
-            } else {
-                real* g0 = in[0].grad();
-                for_each_broadcast(bc, false, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
-                    g0[ia] += da(x0[ia], x1[ib], g[o]);
-                });
-            }
-        }
-        if (in[1].requires_grad()) {
-            const std::int64_t cols = in[1].numel();
-            if (cols < n && in[0].numel() == n && is_trailing(in[1].shape(), bc.out)) {
-                sum_over_rows(n / cols, cols, in[1].grad_target(), [&](std::int64_t r, std::int64_t c) {
-                    return db(x0[r * cols + c], x1[c], g[r * cols + c]);
-                });
-            } else if (cols == n && in[0].numel() == n) {
-                write_or_add(in[1].grad_target(), n, [=](std::int64_t i) { return db(x0[i], x1[i], g[i]); });
-            } else if (cols == n) {
-                const GradTarget g1 = in[1].grad_target();
-                for_each_broadcast(bc, true, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
-                    accumulate(g1, ib, db(x0[ia], x1[ib], g[o]));
-                });
-            } else {
-                real* g1 = in[1].grad();
-                for_each_broadcast(bc, false, [&](std::int64_t o, std::int64_t ia, std::int64_t ib) {
-                    g1[ib] += db(x0[ia], x1[ib], g[o]);
-                });
-            }
-        }
-    });
-}
-
-}  // namespace
 
 // ---- add, sub, mul, div, scale ------------------------------------------------------------------------------
 
@@ -335,53 +131,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
         if (!in[0].same_storage(in[1])) return gemm_group({dA_call, dB_call});
         gemm_group({dA_call});  // one buffer (a @ a): its two contributions added in turn
         gemm_group({dB_call});
-    });
-}
-
-// ---- affine (a linear layer) ------------------------------------------------------------------------------
-// y = x Wᵀ + b over N = rows of x. With dy the upstream gradient (N, out):
-//   dx (N, in) += dy · W,   dW (out, in) += dyᵀ · x,   db (out) += Σ_n dy[n, :].
-
-Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    require_defined("affine", x, "input");
-    require_defined("affine", weight, "weight");
-    const std::string shapes = x.shape().str() + " with weight " + weight.shape().str() +
-                               (bias.defined() ? " and bias " + bias.shape().str() : "");
-    if (x.rank() < 1 || weight.rank() != 2 || x.shape().last() != weight.size(1))
-        fail("affine", "needs x (..., in) and weight (out, in): got " + shapes);
-    const std::int64_t N = x.shape().leading(), in_f = weight.size(1), out_f = weight.size(0);
-    if (bias.defined() && bias.shape() != Shape{out_f}) fail("affine", "bias must be (out): got " + shapes);
-    Shape out_shape = x.shape();
-    out_shape[-1] = out_f;
-    Tensor y = Tensor::empty(out_shape);  // (..., out)
-    // (N, in) @ (out, in)ᵀ -> (N, out), added onto the bias rows or written
-    gemm_group({GemmCall{false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, 0, y.data(), out_f, 1, 0, 0, 0,
-                         bias.defined() ? bias.data() : nullptr}});
-    if (!needs_grad({&x, &weight, &bias})) return y;
-    std::vector<Tensor> inputs{x, weight};
-    if (bias.defined()) inputs.push_back(bias);
-    return record("affine", y, std::move(inputs), [N, in_f, out_f](Tensor& y, std::vector<Tensor>& in) {
-        const real* dy = y.grad();  // (N, out)
-        // The three are independent: one parallel region computes them together (gemm_group).
-        GemmCall dx_call, dW_call;  // M = 0: not needed
-        if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
-            const GradTarget dx = in[0].grad_target();
-            dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
-        }
-        if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
-            const GradTarget dW = in[1].grad_target();
-            dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
-        }
-        GradTarget db{nullptr, false};
-        if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
-        // db (out) += column sums of dy, by blocks of columns
-        auto db_block = [&](std::int64_t blk) {
-            sum_column_block(N, out_f, blk, db, [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
-        };
-        const std::int64_t db_blocks = db.data ? column_blocks(out_f) : 0;
-        if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_blocks, db_block);
-        gemm_group({dx_call});  // x is (a view of) the weight: its two gradients are one buffer, added in turn
-        gemm_group({dW_call}, db_blocks, db_block);
     });
 }
 
@@ -517,40 +266,6 @@ Tensor slice_last(const Tensor& a, std::int64_t begin, std::int64_t end) {
 #pragma omp parallel for schedule(static) if (rows * w >= kParallelGrain)
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t j = 0; j < w; ++j) dx[r * width + begin + j] += g[r * w + j];
-    });
-}
-
-// ---- slice_heads -----------------------------------------------------------------------------------------
-// out[b, h, t, :] = x[b, t, begin + h·D : begin + (h+1)·D], and backward adds each row of g back there.
-
-Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::int64_t H) {
-    require_defined("slice_heads", x, "input");
-    if (x.rank() != 3) fail("slice_heads", "input must be (B, T, W), got " + x.shape().str());
-    const std::int64_t B = x.size(0), T = x.size(1), W = x.size(2);
-    if (begin < 0 || end > W || begin >= end || H <= 0 || (end - begin) % H != 0)
-        fail("slice_heads", "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + x.shape().str() +
-                                " does not split into " + std::to_string(H) + " heads");
-    const std::int64_t D = (end - begin) / H, rows = B * H * T;
-    Tensor out = Tensor::empty({B, H, T, D});  // (B, H, T, D)
-    // Row r = (b, h, t) of the output starts at x[b, t, begin + h·D].
-    auto source = [H, T, W, D, begin](std::int64_t r) {
-        const std::int64_t t = r % T, h = (r / T) % H, b = r / (T * H);
-        return (b * T + t) * W + begin + h * D;
-    };
-    const real* px = x.data();
-    real* y = out.data();
-#pragma omp parallel for schedule(static) if (rows * D >= kParallelGrain)
-    for (std::int64_t r = 0; r < rows; ++r) std::memcpy(y + r * D, px + source(r), D * sizeof(real));
-    if (!needs_grad({&x})) return out;
-    return record("slice_heads", out, {x}, [rows, D, source](Tensor& y, std::vector<Tensor>& in) {
-        const real* g = y.grad();
-        real* dx = in[0].grad();
-#pragma omp parallel for schedule(static) if (rows * D >= kParallelGrain)
-        for (std::int64_t r = 0; r < rows; ++r) {  // every row lands in its own place: no two threads meet
-            real* d = dx + source(r);
-#pragma omp simd
-            for (std::int64_t j = 0; j < D; ++j) d[j] += g[r * D + j];
-        }
     });
 }
 
@@ -703,36 +418,6 @@ Tensor additive_scores(const Tensor& q, const Tensor& k, const Tensor& v) {
 
 // ---- softmax, log_softmax ---------------------------------------------------------------------------------
 
-namespace {
-
-// One row: y = softmax(x + mask) over N values, the mask read with stride mstride (mask may be null). In
-// place when y == x. A row masked everywhere gives zeros.
-void softmax_row(const real* x, const real* mask, std::int64_t mstride, std::int64_t N, real* y) {
-    if (mask)
-        for (std::int64_t j = 0; j < N; ++j) y[j] = x[j] + mask[j * mstride];
-    else if (y != x)
-        std::memcpy(y, x, N * sizeof(real));
-    const real mx = lane_max(y, N);
-    if (mx == -std::numeric_limits<real>::infinity()) {  // everything masked
-        std::fill(y, y + N, real(0));
-        return;
-    }
-    const real total = lane_sum(N, [&](std::int64_t j) { return y[j] = exp_fast(y[j] - mx); });
-    const real inv = real(1) / total;
-    for (std::int64_t j = 0; j < N; ++j) y[j] *= inv;
-}
-
-// One row of softmax's backward, dx_j (=|+=) y_j (g_j − Σ_k g_k y_k), from the output y and its gradient g.
-void softmax_backward_row(const real* g, const real* y, std::int64_t N, real* dx, bool overwrite) {
-    const real dot = lane_sum(N, [&](std::int64_t j) { return g[j] * y[j]; });
-    if (overwrite)
-        for (std::int64_t j = 0; j < N; ++j) dx[j] = y[j] * (g[j] - dot);
-    else
-        for (std::int64_t j = 0; j < N; ++j) dx[j] += y[j] * (g[j] - dot);
-}
-
-}  // namespace
-
 Tensor softmax(const Tensor& a, const Tensor& mask) {
     require_defined("softmax", a, "input");
     if (a.rank() == 0) fail("softmax", "needs at least one axis");
@@ -802,24 +487,6 @@ Tensor log_softmax(const Tensor& a) {
 
 namespace {
 
-// Inverted dropout's mask, drawn from counters: element i of an op's n values survives when the 53-bit
-// uniform draw at counter base + i is at least p. Constructing one reserves the n counters from the Rng;
-// backward draws the same counters again instead of storing the mask.
-struct DropoutDraws {
-    std::uint64_t seed = 0, base = 0, threshold = 0;
-    real keep_scale = 1;  // 1/(1−p)
-    DropoutDraws() = default;  // draws nothing: for an op that does not drop
-    DropoutDraws(Rng& rng, std::int64_t n, real p)
-        : seed(rng.seed), base(rng.reserve(static_cast<std::uint64_t>(n))),
-          threshold(static_cast<std::uint64_t>(double(p) * 0x1.0p53)), keep_scale(real(1) / (real(1) - p)) {}
-    bool keeps(std::int64_t i) const { return (hash64(seed, base + std::uint64_t(i)) >> 11) >= threshold; }
-    real apply(std::int64_t i, real v) const { return keeps(i) ? v * keep_scale : real(0); }
-};
-
-void check_dropout_probability(const char* op, real p) {
-    if (!(p >= 0 && p < 1)) fail(op, "probability must be in [0, 1), got " + std::to_string(p));
-}
-
 // Row n of v = x + r, or of v = x + dropout(r) with `drop`, into vr (C values); returns vr. With `drop`
 // and `kept` (C flags), also which values of r survived. The dropped-out residual is rounded to float
 // before the sum, as dropout's output would be: the barrier keeps the compiler from fusing its product and
@@ -843,12 +510,14 @@ const real* residual_sum_row(std::int64_t n, std::int64_t C, const real* px, con
     return vr;
 }
 
+}  // namespace
+
 // The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (x and r both
 // receive dv), or v = x + dropout(r) with `drop` (r receives dropout's backward of dv). A sum v is not
 // kept for backward, which computes it again from x and r (the record keeps them anyway): one pass more,
 // one (N, C) tensor less per layer norm for as long as the tape lives.
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
-                       real eps, const DropoutDraws* drop = nullptr) {
+                       real eps, const DropoutDraws* drop) {
     require_defined(op, x, "input");
     if (r) require_defined(op, *r, "residual");
     require_defined(op, gamma, "gamma");
@@ -965,23 +634,8 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
     });
 }
 
-}  // namespace
-
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps) {
     return layer_norm_impl("layer_norm", x, nullptr, gamma, beta, eps);
-}
-
-Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta, real eps) {
-    return layer_norm_impl("add_layer_norm", x, &residual, gamma, beta, eps);
-}
-
-Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, Rng& rng, const Tensor& gamma,
-                              const Tensor& beta, real eps, bool training) {
-    check_dropout_probability("add_dropout_layer_norm", p);
-    if (!training || p == 0) return add_layer_norm(x, residual, gamma, beta, eps);
-    require_defined("add_dropout_layer_norm", residual, "residual");
-    const DropoutDraws draws(rng, residual.numel(), p);
-    return layer_norm_impl("add_dropout_layer_norm", x, &residual, gamma, beta, eps, &draws);
 }
 
 // ---- dropout ---------------------------------------------------------------------------------------------------
@@ -1002,194 +656,6 @@ Tensor dropout(const Tensor& a, real p, Rng& rng, bool training) {
     return record("dropout", out, {a}, [draws](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
         write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return draws.apply(i, g[i]); });
-    });
-}
-
-// One op for what the feed-forward network does between its two linear layers. The output is positive
-// exactly where x > 0 and the value survived, which is also exactly where the gradient passes (× 1/(1−p)):
-// backward needs neither the mask nor relu(x), so the (B, T, F) tensor between the two ops is never made.
-Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
-    require_defined("relu_dropout", a, "input");
-    check_dropout_probability("relu_dropout", p);
-    if (!training || p == 0) return relu(a);
-    const DropoutDraws draws(rng, a.numel(), p);
-    Tensor out = Tensor::empty(a.shape());
-    const real* x = a.data();
-    real* y = out.data();
-    const std::int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = draws.apply(i, x[i] > 0 ? x[i] : real(0));
-    if (!needs_grad({&a})) return out;
-    const real keep_scale = draws.keep_scale;
-    return record("relu_dropout", out, {a}, [keep_scale](Tensor& y, std::vector<Tensor>& in) {
-        const real *g = y.grad(), *v = y.data();
-        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return v[i] > 0 ? g[i] * keep_scale : real(0); });
-    });
-}
-
-// ---- attention over heads read in place ---------------------------------------------------------------------
-// Per head (b, h), with Q (Tq, D), K, V (Tk, D) strided views of the inputs and s = 1/√D:
-//   forward:  P = softmax(s·Q Kᵀ + mask),  Pd = dropout(P),  context = Pd V
-//   backward: dPd = dC Vᵀ,  dV += Pdᵀ dC,  dP = dropout's backward of dPd,  dS = softmax's backward (P, dP),
-//             dQ += s·dS K,  dK += s·dSᵀ Q
-// The products are gemm's, with the shapes, α and order of the composed ops' products, and the rows are
-// softmax_row / softmax_backward_row and DropoutDraws: the same bits as the composition.
-
-Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
-                       std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training) {
-    const char* op = "attention_heads";
-    require_defined(op, xq, "queries");
-    require_defined(op, xkv, "keys and values");
-    check_dropout_probability(op, p);
-    if (xq.rank() != 3 || xkv.rank() != 3 || xq.size(0) != xkv.size(0))
-        fail(op, "needs queries (B, Tq, W) and keys/values (B, Tk, W'), got " + xq.shape().str() + " and " + xkv.shape().str());
-    const std::int64_t B = xq.size(0), Tq = xq.size(1), Wq = xq.size(2), Tk = xkv.size(1), Wkv = xkv.size(2), C = H * D;
-    if (H <= 0 || D <= 0 || q_at < 0 || q_at + C > Wq || k_at < 0 || k_at + C > Wkv || v_at < 0 || v_at + C > Wkv)
-        fail(op, std::to_string(H) + " heads of " + std::to_string(D) + " at columns " + std::to_string(q_at) + " (queries), " +
-                     std::to_string(k_at) + ", " + std::to_string(v_at) + " (keys, values) do not fit " + xq.shape().str() +
-                     " and " + xkv.shape().str());
-    const Shape weights_shape{B, H, Tq, Tk};
-    std::int64_t ms[4] = {0, 0, 0, 0};  // the mask's strides over (B, H, Tq, Tk)
-    if (mask.defined()) {
-        if (mask.rank() > 4) fail(op, "mask " + mask.shape().str() + " has more than 4 axes");
-        const Broadcast bc = broadcast(op, weights_shape, mask.shape());
-        if (bc.out != weights_shape) fail(op, "mask " + mask.shape().str() + " does not broadcast to " + weights_shape.str());
-        std::copy(bc.sb, bc.sb + 4, ms);
-    }
-    const bool drop = training && p > 0;
-    const DropoutDraws draws = drop ? DropoutDraws(rng, weights_shape.numel(), p) : DropoutDraws();
-    const real scale = real(1) / std::sqrt(real(D));
-    Tensor weights = Tensor::empty(weights_shape);  // P, kept for backward
-    Tensor out = Tensor::empty({B, Tq, C});
-    const real *pq = xq.data(), *pkv = xkv.data(), *pm = mask.defined() ? mask.data() : nullptr;
-    real *pw = weights.data(), *py = out.data();
-    // Where head i = (b, h) starts in xq (its Q), in xkv (its K and V) and in the output (its context).
-    struct HeadAt {
-        std::int64_t b, h, q, k, v, context;
-    };
-    auto head_at = [=](std::int64_t i) {
-        const std::int64_t b = i / H, h = i % H;
-        return HeadAt{b, h, b * Tq * Wq + q_at + h * D, b * Tk * Wkv + k_at + h * D, b * Tk * Wkv + v_at + h * D, b * Tq * C + h * D};
-    };
-    const std::int64_t work = B * H * Tq * Tk * D;
-#pragma omp parallel for schedule(static) if (work >= kParallelGrain)
-    for (std::int64_t i = 0; i < B * H; ++i) {
-        const HeadAt at = head_at(i);
-        real* P = pw + i * Tq * Tk;
-        gemm(false, true, Tq, Tk, D, scale, pq + at.q, Wq, pkv + at.k, Wkv, 0, P, Tk);  // s·Q Kᵀ (Tq, Tk)
-        for (std::int64_t t = 0; t < Tq; ++t)
-            softmax_row(P + t * Tk, pm ? pm + at.b * ms[0] + at.h * ms[1] + t * ms[2] : nullptr, ms[3], Tk, P + t * Tk);
-        const real* A = P;
-        thread_local std::vector<real> scratch;  // Pd
-        if (drop) {
-            scratch.resize(std::size_t(Tq * Tk));
-            for (std::int64_t j = 0; j < Tq * Tk; ++j) scratch[j] = draws.apply(i * Tq * Tk + j, P[j]);
-            A = scratch.data();
-        }
-        gemm(false, false, Tq, D, Tk, 1, A, Tk, pkv + at.v, Wkv, 0, py + at.context, C);  // Pd V (Tq, D)
-    }
-    if (!needs_grad({&xq, &xkv})) return out;
-    const bool self = xkv.same_storage(xq);  // one gradient buffer: the heads' columns of it are disjoint
-    if (self && (xkv.data() != xq.data() || xkv.shape() != xq.shape()))
-        fail(op, "keys/values " + xkv.shape().str() + " are another view of the queries' storage " + xq.shape().str());
-    std::vector<Tensor> inputs{xq};
-    if (!self) inputs.push_back(xkv);
-    return record(op, out, std::move(inputs),
-                  [=](Tensor& y, std::vector<Tensor>& in) {
-        const real* g = y.grad();  // (B, Tq, C)
-        // The heads' gradients go to disjoint columns of the inputs' gradients, added to what is there.
-        real* dxq = in[0].requires_grad() ? in[0].grad() : nullptr;
-        real* dxkv = self ? dxq : (in[1].requires_grad() ? in[1].grad() : nullptr);
-        const real* P_all = weights.data();
-#pragma omp parallel for schedule(static) if (work >= kParallelGrain)
-        for (std::int64_t i = 0; i < B * H; ++i) {
-            const HeadAt at = head_at(i);
-            const real* P = P_all + i * Tq * Tk;
-            const real* dC = g + at.context;  // (Tq, D), row stride C
-            thread_local std::vector<real> pd, dp;
-            thread_local std::vector<std::uint8_t> kept;  // the head's dropout draws, hashed once for both uses
-            pd.resize(std::size_t(Tq * Tk));
-            dp.resize(std::size_t(Tq * Tk));
-            const real* A = P;
-            if (drop) {
-                kept.resize(std::size_t(Tq * Tk));
-                for (std::int64_t j = 0; j < Tq * Tk; ++j) {
-                    kept[j] = draws.keeps(i * Tq * Tk + j);
-                    pd[j] = kept[j] ? P[j] * draws.keep_scale : real(0);  // DropoutDraws::apply
-                }
-                A = pd.data();
-            }
-            gemm(false, true, Tq, Tk, D, 1, dC, C, pkv + at.v, Wkv, 0, dp.data(), Tk);  // dPd = dC Vᵀ (Tq, Tk)
-            if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, 1, dxkv + at.v, Wkv);  // dV += Pdᵀ dC
-            if (drop)
-                for (std::int64_t j = 0; j < Tq * Tk; ++j) dp[j] = kept[j] ? dp[j] * draws.keep_scale : real(0);  // dP
-            for (std::int64_t t = 0; t < Tq; ++t)  // dS, over dP
-                softmax_backward_row(dp.data() + t * Tk, P + t * Tk, Tk, pd.data() + t * Tk, true);
-            const real* dS = pd.data();
-            if (dxq) gemm(false, false, Tq, D, Tk, scale, dS, Tk, pkv + at.k, Wkv, 1, dxq + at.q, Wq);  // dQ += s·dS K
-            if (dxkv) gemm(true, false, Tk, D, Tq, scale, dS, Tk, pq + at.q, Wq, 1, dxkv + at.k, Wkv);  // dK += s·dSᵀ Q
-        }
-    });
-}
-
-// ---- stochastic gates (L0 regularisation) ------------------------------------------------------------------
-
-namespace {
-
-double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
-
-void check_stretch(const char* op, real beta, real l, real r) {
-    if (!(beta > 0) || !(l < 0) || !(r > 1))
-        fail(op, "needs temperature > 0 and a stretch l < 0, r > 1, got temperature " + std::to_string(beta) + ", (" +
-                     std::to_string(l) + ", " + std::to_string(r) + ")");
-}
-
-}  // namespace
-
-Tensor hard_concrete(const Tensor& log_alpha, real beta, real l, real r, Rng& rng, bool training) {
-    require_defined("hard_concrete", log_alpha, "log_alpha");
-    check_stretch("hard_concrete", beta, l, r);
-    const std::int64_t n = log_alpha.numel();
-    const std::uint64_t seed = rng.seed, base = training ? rng.reserve(static_cast<std::uint64_t>(n)) : 0;
-    Tensor out = Tensor::empty(log_alpha.shape());
-    std::vector<real> dz(static_cast<std::size_t>(n));  // ∂z/∂log α, 0 where z is clamped to 0 or 1
-    const real* a = log_alpha.data();
-    for (std::int64_t i = 0; i < n; ++i) {
-        // s = σ((ln u − ln(1 − u) + log α) / β) with u ~ U(0, 1) when training, s = σ(log α) otherwise
-        double s, ds;
-        if (training) {
-            const double u = std::min(std::max(uniform01(seed, base + std::uint64_t(i)), 1e-12), 1 - 1e-12);
-            s = sigmoid((std::log(u) - std::log1p(-u) + double(a[i])) / double(beta));
-            ds = s * (1 - s) / double(beta);
-        } else {
-            s = sigmoid(double(a[i]));
-            ds = s * (1 - s);
-        }
-        const double stretched = s * double(r - l) + double(l);  // s̄ = s (r − l) + l, then z = min(1, max(0, s̄))
-        out.data()[i] = real(std::min(1.0, std::max(0.0, stretched)));
-        dz[std::size_t(i)] = stretched > 0 && stretched < 1 ? real(ds * double(r - l)) : real(0);
-    }
-    if (!needs_grad({&log_alpha})) return out;
-    return record("hard_concrete", out, {log_alpha}, [dz = std::move(dz)](Tensor& z, std::vector<Tensor>& in) {
-        const real* g = z.grad();
-        real* da = in[0].grad();
-        for (std::size_t i = 0; i < dz.size(); ++i) da[i] += g[i] * dz[i];
-    });
-}
-
-Tensor hard_concrete_open(const Tensor& log_alpha, real beta, real l, real r) {
-    require_defined("hard_concrete_open", log_alpha, "log_alpha");
-    check_stretch("hard_concrete_open", beta, l, r);
-    // P(z > 0) = P(s̄ > 0) = σ(log α − β ln(−l / r))
-    const double shift = double(beta) * std::log(-double(l) / double(r));
-    const std::int64_t n = log_alpha.numel();
-    Tensor out = Tensor::empty(log_alpha.shape());
-    for (std::int64_t i = 0; i < n; ++i) out.data()[i] = real(sigmoid(double(log_alpha.data()[i]) - shift));
-    if (!needs_grad({&log_alpha})) return out;
-    return record("hard_concrete_open", out, {log_alpha}, [](Tensor& p, std::vector<Tensor>& in) {
-        const real *g = p.grad(), *y = p.data();
-        real* da = in[0].grad();
-        for (std::int64_t i = 0; i < p.numel(); ++i) da[i] += g[i] * y[i] * (1 - y[i]);  // σ' = σ (1 − σ)
     });
 }
 

@@ -17,14 +17,7 @@ namespace tf_test {
 
 // V 20, C 16, H 4 (D 4), F 24, 2 encoder and 1 decoder layers, no dropout.
 inline tf::ModelConfig tiny_head_model() {
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = 20;
-    c.d_model = 16;
-    c.heads = 4;
-    c.ffn = 24;
-    c.enc_layers = 2;
-    c.dec_layers = 1;
-    c.max_len = 24;
+    tf::ModelConfig c = tiny_model_config(20, 16, 4, 24, 2, 1, 24);
     c.dropout = c.attention_dropout = c.activation_dropout = 0;
     return c;
 }

@@ -1,9 +1,13 @@
 // What several test files need: a scratch directory, whole files read and written, lines, shell words,
-// random values that are the same on every machine, a precision for one case.
+// random values that are the same on every machine, a precision and a thread count for one case, and a
+// case that cannot run here reported as skipped.
 #pragma once
 #include <stdlib.h>
 
+#include <catch2/catch.hpp>
+
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "tapeformer/blas.h"
+#include "tapeformer/nn/transformer.h"
 #include "tapeformer/random.h"
 
 namespace tf_test {
@@ -92,6 +97,51 @@ struct PrecisionScope {
     PrecisionScope(const PrecisionScope&) = delete;
     PrecisionScope& operator=(const PrecisionScope&) = delete;
 };
+
+// A model small enough for a test case, by its sizes: V (source and target), C, H, F, encoder and decoder
+// layers, positions; ModelConfig's defaults for the rest, which a case sets on what this returns.
+inline tf::ModelConfig tiny_model_config(std::int64_t V, std::int64_t C, std::int64_t H, std::int64_t F,
+                                         std::int64_t enc_layers, std::int64_t dec_layers, std::int64_t max_len) {
+    tf::ModelConfig c;
+    c.src_vocab = c.tgt_vocab = V;
+    c.d_model = C;
+    c.heads = H;
+    c.ffn = F;
+    c.enc_layers = enc_layers;
+    c.dec_layers = dec_layers;
+    c.max_len = max_len;
+    return c;
+}
+
+// The thread count for one case (train() and some cases set it); the previous one again at its end.
+struct ThreadsGuard {
+    int before = tf::num_threads();
+    ThreadsGuard() = default;
+    ~ThreadsGuard() { tf::set_threads(before); }
+    ThreadsGuard(const ThreadsGuard&) = delete;
+    ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+};
+
+// ---- skipped, not passed ------------------------------------------------------------------------------------
+// A case that cannot check what it is for on this machine says so with this line, and ctest reports it as
+// skipped instead of passed: SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt matches kSkipMarker. The
+// marker goes out through Catch2's WARN, which the console reporter prints for passing cases too.
+inline const char* const kSkipMarker = "TAPEFORMER-TEST-SKIPPED";
+
+// Skipped for something this machine lacks and no install can give it (bf16 instructions).
+inline void skipped(const std::string& why) { WARN(kSkipMarker << ": " << why); }
+
+// Whether the tool a case needs (chromium, Graphviz's dot; `command -v` finds it) is missing. Missing, the
+// case is skipped — unless TAPEFORMER_REQUIRE_TOOLS is set (scripts/test.sh, which installs the tools,
+// sets it): then a missing tool fails the case, so a run meant to run everything cannot pass on a skip.
+inline bool tool_missing(const std::string& tool, const std::string& why) {
+    if (std::system(("command -v " + tool + " >/dev/null 2>&1").c_str()) == 0) return false;
+    const char* required = std::getenv("TAPEFORMER_REQUIRE_TOOLS");
+    if (required && *required && std::string(required) != "0")
+        FAIL(tool << " is not installed, and TAPEFORMER_REQUIRE_TOOLS is set (scripts/test.sh): " << why);
+    skipped(tool + " is not installed: " + why);
+    return true;
+}
 
 // x rounded to bf16 (to nearest, ties to even) and back: what a bf16 product multiplies (the tests of
 // --precision bf16 compare against gemm_reference on operands rounded this way).

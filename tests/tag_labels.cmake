@@ -1,7 +1,8 @@
 # Read by ctest after the test lists that catch_discover_tests wrote (see tests/CMakeLists.txt): every test
 # case gets one CTest LABEL per Catch2 tag it carries, so that a student runs the checks of one lesson with
 # `ctest --test-dir build -L autograd` (or -L attention, -L tape, ...; -L takes a regular expression).
-# TF_TAGGED_EXES: "prefix|executable" pairs, set by the generated file that includes this one.
+# TF_TAGGED_EXES: "prefix|executable" pairs, TF_SLOW_TAGS and TF_TIMEOUT_SLOW (tests/CMakeLists.txt), set by the
+# generated file that includes this one.
 foreach(entry IN LISTS TF_TAGGED_EXES)
   string(FIND "${entry}" "|" bar)
   string(SUBSTRING "${entry}" 0 ${bar} prefix)
@@ -30,6 +31,20 @@ foreach(entry IN LISTS TF_TAGGED_EXES)
     endforeach()
   endforeach()
 endforeach()
+# A case carrying one of TF_SLOW_TAGS also gets the label `slow` and the slow tier's timeout.
 foreach(key IN LISTS tf_keys)
-  set_tests_properties("${tf_name_${key}}" PROPERTIES LABELS "${tf_labels_${key}}")
+  set(slow FALSE)
+  foreach(label IN LISTS tf_labels_${key})
+    list(FIND TF_SLOW_TAGS "${label}" at)  # (not IN_LIST: ctest reads this file with no policies set)
+    if(at GREATER -1)
+      set(slow TRUE)
+    endif()
+  endforeach()
+  if(slow)
+    list(APPEND tf_labels_${key} slow)
+    list(REMOVE_DUPLICATES tf_labels_${key})
+    set_tests_properties("${tf_name_${key}}" PROPERTIES LABELS "${tf_labels_${key}}" TIMEOUT ${TF_TIMEOUT_SLOW})
+  else()
+    set_tests_properties("${tf_name_${key}}" PROPERTIES LABELS "${tf_labels_${key}}")
+  endif()
 endforeach()

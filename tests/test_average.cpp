@@ -25,14 +25,7 @@ const std::vector<std::string> kSources = {"the dog sees a cat", "a big house", 
 const std::vector<std::string> kTargets = {"lo karo videt la kata", "la grando domo", "la kata kurat"};
 
 tf::ModelConfig tiny_config(std::int64_t vocab, std::int64_t ffn = 16) {
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = vocab;
-    c.d_model = 8;
-    c.heads = 2;
-    c.ffn = ffn;
-    c.enc_layers = c.dec_layers = 1;
-    c.max_len = 16;
-    return c;
+    return tf_test::tiny_model_config(vocab, 8, 2, ffn, 1, 1, 16);  // V, C, H, F, layers, positions
 }
 
 // A run directory as training leaves it: the tokenizer and checkpoints of the given steps, each step's model

@@ -29,7 +29,7 @@ namespace {
 
 bool skip_without_bf16() {
     if (tf::cpu_has_bf16()) return false;
-    WARN("skipped: this CPU has no bf16 instructions (AVX512-BF16 or AMX)");
+    tf_test::skipped("this CPU has no bf16 instructions (AVX512-BF16 or AMX)");
     return true;
 }
 

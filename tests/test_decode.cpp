@@ -14,6 +14,7 @@
 #include "tapeformer/autograd.h"
 #include "tapeformer/decode.h"
 #include "tapeformer/ops.h"
+#include "helpers.h"
 
 namespace {
 
@@ -47,18 +48,11 @@ std::string describe(const Variant& v) {
 
 // A tiny random model. `sharpen` multiplies the generator (logits) so that the argmax is clear and varies.
 std::unique_ptr<Transformer> tiny_model(const Variant& v, std::int64_t V = 13, double sharpen = 4.0) {
-    ModelConfig c;
-    c.src_vocab = c.tgt_vocab = V;
-    c.d_model = 16;
-    c.heads = 2;
-    c.ffn = 32;
-    c.enc_layers = 2;
-    c.dec_layers = 2;
+    ModelConfig c = tf_test::tiny_model_config(V, 16, 2, 32, 2, 2, 64);  // V, C, H, F, layers, positions
     c.norm = v.norm;
     c.tie = v.tie;
     c.attention = v.attention;
     c.output_bias = v.output_bias;
-    c.max_len = 64;
     auto model = std::make_unique<Transformer>(c, v.seed);
     tf::real* g = model->generator.data();
     for (std::int64_t i = 0; i < model->generator.numel(); ++i) g[i] *= tf::real(sharpen);

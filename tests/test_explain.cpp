@@ -25,14 +25,7 @@ tf::TokenizerPair words(const std::vector<std::string_view>& lines) {
 }
 
 tf::ModelConfig tiny(std::int64_t V, tf::NormPosition norm, tf::Tying tie) {
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = V;
-    c.d_model = 8;
-    c.heads = 2;
-    c.ffn = 12;
-    c.enc_layers = 2;
-    c.dec_layers = 2;
-    c.max_len = 40;
+    tf::ModelConfig c = tf_test::tiny_model_config(V, 8, 2, 12, 2, 2, 40);  // V, C, H, F, layers, positions
     c.norm = norm;
     c.tie = tie;
     return c;

@@ -24,14 +24,9 @@ using tf_test::uniform;
 
 namespace {
 
-struct ThreadsScope {  // the thread count for one case; the previous one again at its end
-    int saved = tf::num_threads();
-    ~ThreadsScope() { tf::set_threads(saved); }
-};
-
 std::vector<Precision> precisions_here() {
     if (tf::cpu_has_bf16()) return {Precision::FP32, Precision::BF16};
-    WARN("bf16 cases skipped: this CPU has no bf16 instructions (AVX512-BF16 or AMX)");
+    tf_test::skipped("the bf16 cases: this CPU has no bf16 instructions (AVX512-BF16 or AMX); the fp32 ones ran");
     return {Precision::FP32};
 }
 
@@ -130,7 +125,7 @@ TEST_CASE("frozen matrices: a held product computes the product, fp32 and bf16, 
 TEST_CASE("frozen matrices: a held product gives the same bits on 1 and 2 threads and on another thread",
           "[frozen][determinism]") {
     const Weights w;
-    ThreadsScope threads;
+    tf_test::ThreadsGuard threads;
     for (Precision p : precisions_here()) {
         PrecisionScope scope(p);
         tf::FrozenMatrices frozen;
@@ -221,7 +216,7 @@ TEST_CASE("FrozenWeights: greedy and beam translations, held weights, the same o
             src.push_back(s < 4 + b % 7 ? std::int32_t(3 + rng.below(1497)) : s == 4 + b % 7 ? 2 : 0);
     std::size_t matrices = 0;
     for (const tf::NamedTensor& p : model.parameters()) matrices += p.tensor.rank() == 2;
-    ThreadsScope threads;
+    tf_test::ThreadsGuard threads;
     for (Precision p : precisions_here()) {
         PrecisionScope scope(p);
         for (int beam : {1, 3}) {

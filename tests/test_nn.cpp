@@ -13,22 +13,12 @@
 #include "tapeformer/ops.h"
 #include "tapeformer/optim.h"
 #include "tapeformer/schedule.h"
+#include "helpers.h"
 
 using namespace tf;
 
 namespace {
-ModelConfig small_config() {
-    ModelConfig c;
-    c.src_vocab = 20;
-    c.tgt_vocab = 20;
-    c.d_model = 16;
-    c.heads = 4;
-    c.ffn = 32;
-    c.enc_layers = 2;
-    c.dec_layers = 2;
-    c.max_len = 32;
-    return c;
-}
+ModelConfig small_config() { return tf_test::tiny_model_config(20, 16, 4, 32, 2, 2, 32); }  // V, C, H, F, layers, positions
 }  // namespace
 
 TEST_CASE("model config: invalid settings are refused with the numbers named", "[nn]") {

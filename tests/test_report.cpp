@@ -1,6 +1,6 @@
 // tapeformer report (report.h): the page of a tiny trained run holds every section with its charts and
 // loads nothing; sections without data say so; per-layer gradient norms in metrics.jsonl add up to the
-// global norm. The [browser] case renders the page in headless Chromium (skipped when it is absent).
+// global norm. The [browser] case renders the page in headless Chromium (reported as skipped when it is absent).
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -358,9 +358,9 @@ TEST_CASE("report: the browser test attributes proxy requests to the page or to 
 TEST_CASE("report: headless Chromium renders every chart, the page makes no request, a screenshot is kept",
           "[report][browser]") {
     const std::string chromium = find_chromium();
-    if (chromium.empty()) {
-        WARN("SKIPPED: no chromium on PATH (Debian: apt-get install chromium, or scripts/install-deps.sh); "
-             "the report's browser test did not run");
+    if (chromium.empty()) {  // none of its names on PATH: skipped (failed under scripts/test.sh, which installs it)
+        tool_missing("chromium", "the report's browser test did not run (Debian: apt-get install chromium, or "
+                                 "scripts/install-deps.sh)");
         return;
     }
     TempDir tmp("report_browser");

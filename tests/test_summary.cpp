@@ -13,14 +13,7 @@ using namespace tf_test;
 namespace {
 
 tf::ModelConfig tiny(tf::Tying tie, tf::NormPosition norm, tf::PositionalKind positional) {
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = 30;
-    c.d_model = 8;
-    c.heads = 2;
-    c.ffn = 12;
-    c.enc_layers = 2;
-    c.dec_layers = 1;
-    c.max_len = 32;
+    tf::ModelConfig c = tf_test::tiny_model_config(30, 8, 2, 12, 2, 1, 32);  // V, C, H, F, layers, positions
     c.tie = tie;
     c.norm = norm;
     c.positional = positional;

@@ -41,12 +41,6 @@ using namespace tf_test;
 
 namespace {
 
-// train() sets the global thread count; put back what the rest of the test binary had.
-struct ThreadsGuard {
-    int before = tf::num_threads();
-    ~ThreadsGuard() { tf::set_threads(before); }
-};
-
 // The first `n` lines of data/toy/<name>.
 std::vector<std::string> toy_lines(const std::string& name, std::size_t n) {
     const auto all = split_lines(read_all(std::string(TF_SOURCE_DIR) + "/data/toy/" + name));

@@ -21,11 +21,6 @@ std::string toy_head(const TempDir& tmp, const std::string& name, std::size_t n)
     return write_file(tmp, name, join_lines(lines));
 }
 
-struct ThreadsGuard {
-    int before = tf::num_threads();
-    ~ThreadsGuard() { tf::set_threads(before); }
-};
-
 }  // namespace
 
 TEST_CASE("train --overfit-batch: a tiny model fits one batch to a loss near 0 within 300 steps", "[train][overfit]") {

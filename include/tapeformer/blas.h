@@ -1,7 +1,7 @@
-// The only door to BLAS. gemm computes C = alpha * op(A) * op(B) + beta * C on row-major matrices,
-// op(X) = X or Xᵀ; it is overloaded for float and double, so the float64 build of the library runs the
-// same code through dgemm. set_threads sets OpenMP's and OpenBLAS's thread counts together, so that the
-// two never oversubscribe the cores.
+// The only door to BLAS (src/blas.cpp tiles the products; blas_openblas.cpp, blas_xsmm.cpp, blas_onednn.cpp
+// hold one library each). gemm computes C = alpha * op(A) * op(B) + beta * C on row-major matrices, op(X) = X or
+// Xᵀ, overloaded for float and double (the float64 build runs the same code through dgemm). set_threads sets
+// OpenMP's and OpenBLAS's thread counts together, so that the two never oversubscribe the cores.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -120,7 +120,7 @@ public:
                   const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) const;
 
 private:
-    struct Packed;  // blas.cpp: the packed copies, made at first use
+    struct Packed;  // blas_onednn.cpp: the packed copies, made at first use
     std::map<const real*, std::pair<std::int64_t, std::int64_t>> matrices_;  // start -> (rows, cols)
     std::unique_ptr<Packed> packed_;
 };

@@ -1,5 +1,9 @@
-// When a loop is worth splitting across threads. Every kernel (ops, optimizers, decoding) asks the same
-// question with the same threshold, so they all behave alike as the problem size grows.
+// When a loop is worth splitting across threads. The elementwise and row-by-row kernels (ops, the
+// optimizers' elementwise passes, decoding's rows) ask the same question with the same threshold, so they
+// behave alike as the problem size grows. Not every parallel loop asks it: the matrix products decide in
+// gemm_group (blas.cpp: any product of 2^18 multiply-adds and more, or a batch of small ones above this
+// grain), bf16 rounding opens a region from 2^16 values, the optimizers split their parameter pieces when
+// there are more than 8, and decoding runs its groups of sentences side by side whenever there are several.
 #pragma once
 #include <cstdint>
 
@@ -12,8 +16,9 @@ TF_NAMESPACE_BEGIN
 // A parallel region costs about 43 µs when the other threads sleep between regions (OMP_WAIT_POLICY=passive,
 // and libgomp's default on these 2-core VMs behaves alike), about 1 µs when they spin; a pass over 2^16
 // floats takes 10-40 µs on one core. At 2^14 the 64-row steps of greedy decoding opened 118 regions a step
-// and spent 5 ms of 7 waking threads; at 2^16 they open 42, and a batch decodes in 116 ms instead of 145
-// (AMD EPYC Zen 4, 2 threads, `bench train --steps 0 --eval-greedy`), while a training step is unchanged.
+// and spent 5 ms of 7 waking threads; at 2^17 they open 40, and a batch decodes in 111 ms instead of 145
+// (AMD EPYC Zen 4, 2 threads, `bench train --steps 0 --eval-greedy`; commit 0cf2637), while a training step
+// is unchanged.
 constexpr std::int64_t kParallelGrain = 1 << 17;
 
 TF_NAMESPACE_END

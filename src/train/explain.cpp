@@ -136,7 +136,7 @@ public:
         if (self) {
             Tensor qkv = linear(query, a.in_proj_weight, a.in_proj_bias);  // (B, Tq, 3C)
             stage("qkv", "fused projection [Q K V] = x W_inᵀ + b_in, W_in (3C, C) = [W_q; W_k; W_v]",
-                std::string("(B, ") + tq + ", 3C)", std::string(at) + " -> linear (src/nn/linear.cpp) -> affine (src/ops.cpp)", qkv);
+                std::string("(B, ") + tq + ", 3C)", std::string(at) + " -> linear (src/nn/linear.cpp) -> affine (src/fused_ops.cpp)", qkv);
             q = slice_heads(qkv, 0, C, H);          // (B, H, Tq, D)
             k = slice_heads(qkv, C, 2 * C, H);      // (B, H, Tq, D)
             v = slice_heads(qkv, 2 * C, 3 * C, H);  // (B, H, Tq, D)
@@ -157,11 +157,11 @@ public:
         }
         const std::string split = std::string("columns viewed as (B, ") + tq + ", H, D), axes 1 and 2 swapped: ";
         stage("q", "Q split into heads: " + split + "(B, H, " + tq + ", D), D = C / H", heads,
-            "src/ops.cpp slice_heads (split_heads, src/nn/attention.cpp)", q);
+            "src/fused_ops.cpp slice_heads (split_heads, src/nn/attention.cpp)", q);
         const std::vector<std::string> saved_rows = rows;
         rows = keys;
-        stage("k", "K split into heads the same way", kv_heads, "src/ops.cpp slice_heads", k);
-        stage("v", "V split into heads the same way", kv_heads, "src/ops.cpp slice_heads", v);
+        stage("k", "K split into heads the same way", kv_heads, "src/fused_ops.cpp slice_heads", k);
+        stage("v", "V split into heads the same way", kv_heads, "src/fused_ops.cpp slice_heads", v);
         rows = saved_rows;
         cols = keys;
         // scores = Q Kᵀ / √D: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk); or additive v·tanh(q_i + k_j)
@@ -230,7 +230,7 @@ public:
         if (post) {
             Tensor y = add_layer_norm(x, sub, norm.weight, norm.bias, norm.eps);  // (B, Tq, C)
             ExplainStage& s = stage("add_norm", "residual + LayerNorm: LN(x + " + what + ")", std::string("(B, ") + tq + ", C)",
-                                  "src/nn/transformer.cpp " + layer_fn + " -> add_norm -> add_layer_norm (src/ops.cpp); " +
+                                  "src/nn/transformer.cpp " + layer_fn + " -> add_norm -> add_layer_norm (src/fused_ops.cpp); " +
                                       "in training add_dropout_layer_norm, the sublayer's dropout in the same op", y);
             s.checks.push_back(layer_norm_rows(y, norm));
             return y;

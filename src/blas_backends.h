@@ -1,0 +1,58 @@
+// What the products of blas.cpp call below them, one file per library: OpenBLAS's sgemm and dgemm
+// (blas_openblas.cpp), libxsmm's small-product kernels (blas_xsmm.cpp), oneDNN's tiles, bf16 rounding and
+// held matrices (blas_onednn.cpp). Private to those four files: no third-party type appears here.
+#pragma once
+#include <cstdint>
+#include <tuple>
+
+#include "tapeformer/blas.h"
+
+TF_NAMESPACE_BEGIN
+
+// Below this many multiply-adds a product is small: one tile (waking threads costs more than it saves; gemm
+// in blas.cpp), and libxsmm's. OpenBLAS keeps products up to this size single-threaded too (interface/gemm.c:
+// 65536 × GEMM_MULTITHREAD_THRESHOLD 4).
+constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
+
+// ---- OpenBLAS (blas_openblas.cpp) ---------------------------------------------------------------------------
+// Whether small fp32 products go to libxsmm: unless OpenBLAS runs its SkylakeX (or Cooperlake) kernels.
+bool small_products_on_xsmm();
+// One tile, one single-threaded call: libxsmm where it takes the product (xsmm_product), else sgemm; dgemm.
+void gemm_impl(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+               std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
+void gemm_impl(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const double* A,
+               std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C, std::int64_t ldc);
+
+// ---- libxsmm (blas_xsmm.cpp) --------------------------------------------------------------------------------
+// C (M, N) = α op(A) op(B) + β C, row-major, through libxsmm; false where it has no kernel for the shape.
+bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                  std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
+
+// ---- oneDNN, bf16 and held matrices (blas_onednn.cpp) -------------------------------------------------------
+using bf16_t = std::uint16_t;  // the upper half of an fp32: sign, 8 exponent bits, 7 mantissa bits
+
+extern Precision g_precision;  // set_precision's
+
+// x (rows, cols) with row stride ld -> out (rows, cols), dense.
+void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out);
+
+// One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 (or fp32) with row strides lda, ldb
+// as stored.
+using TileKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           std::int64_t, float, float, bool, bool>;  // ta, tb, m, n, K, lda, ldb, ldc, α, β, bf16, bias
+
+// C = α·op(A)·op(B) + β·C, or with `bias` (n values; the key says so, and then α = 1 and β = 0), op(A)·op(B)
+// + the bias on every row, added in the kernel: one oneDNN matmul on this thread.
+void onednn_tile(const TileKey& key, const void* A, const void* B, float* C, const float* bias = nullptr);
+
+// A product below kSmallProduct multiply-adds in bf16 precision: operands rounded to bf16, held as floats,
+// multiplied by gemm_impl. One single-threaded call.
+void bf16_small_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                        std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
+
+#ifndef TAPEFORMER_F64
+// Whether a held matrix (FrozenMatrices) took the product: then it is done, computed on this thread.
+bool held_product(const GemmCall& c);
+#endif
+
+TF_NAMESPACE_END

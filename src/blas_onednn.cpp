@@ -1,0 +1,340 @@
+// oneDNN: fp32 tiles on CPUs with AVX-512, bf16 products (--precision bf16) and the matrices held packed for
+// decoding (FrozenMatrices). The one file that includes dnnl.hpp; blas.cpp decides which tile goes where.
+#include "blas_backends.h"
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+TF_NAMESPACE_BEGIN
+
+// ---- bf16 products through oneDNN -------------------------------------------------------------------------
+// gemm_bf16 (products of 2^18 multiply-adds and more) rounds the stored operands to bf16 once (same layout,
+// dense rows), then runs the tiles of C above, each as one oneDNN matmul primitive (bf16 × bf16 → fp32, α as output scale, β as a sum post-op)
+// created and executed with OpenMP's thread count set to 1 on the calling thread: oneDNN then neither
+// splits a tile by the thread count nor opens a region of its own, so a tile is computed the same way on
+// any thread count, as with sgemm.
+
+Precision g_precision = Precision::FP32;
+
+namespace {
+
+// Round to nearest, ties to even (what PyTorch's .to(torch.bfloat16) and AVX512-BF16's vcvtneps2bf16 do);
+// a NaN stays a quiet NaN instead of rounding up into an infinity.
+inline bf16_t to_bf16(float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return bf16_t((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+}  // namespace
+
+// x (rows, cols) with row stride ld -> out (rows, cols), dense.
+void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (std::int64_t(1) << 16) && !omp_in_parallel())
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;
+        bf16_t* o = out + r * cols;
+#pragma omp simd
+        for (std::int64_t c = 0; c < cols; ++c) o[c] = to_bf16(xr[c]);
+    }
+}
+
+namespace {
+
+// x (rows, cols) with row stride ld -> out (rows, cols), dense: the values rounded to bf16, held as floats.
+void round_through_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, float* out) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;
+        float* o = out + r * cols;
+#pragma omp simd
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const std::uint32_t u = std::uint32_t(to_bf16(xr[c])) << 16;
+            std::memcpy(o + c, &u, sizeof u);
+        }
+    }
+}
+
+// OpenMP's thread count for oneDNN is 1 while one of these lives (the calling thread's setting only).
+struct OneThread {
+    int saved = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(saved); }
+};
+
+// Whether the instruction set oneDNN uses here (ONEDNN_MAX_CPU_ISA can lower it) includes `wanted`: each
+// cpu_isa value contains the bits of those it extends.
+bool onednn_isa_has(dnnl::cpu_isa wanted) {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), bits = static_cast<unsigned>(wanted);
+    return (isa & bits) == bits;
+}
+
+const dnnl::engine& cpu_engine() {
+    static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+// α as an output scale, β as a sum post-op; the scratch space from the caller (run_product), so that the
+// primitives of a thread share one buffer instead of holding one each.
+dnnl::primitive_attr product_attr(float alpha, float beta) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+        dnnl::post_ops ops;
+        ops.append_sum(beta);
+        attr.set_post_ops(ops);
+    }
+    return attr;
+}
+
+// A matmul made with product_attr and the scratch space it needs.
+struct Product {
+    dnnl::matmul matmul;
+    std::size_t scratch_bytes;
+};
+
+// With TAPEFORMER_ONEDNN_VERBOSE set, each new product prints one line: what it is (`kind`, its precision
+// and m, n, K) and the kernel oneDNN chose for it.
+Product make_product(const dnnl::matmul::primitive_desc& pd, const std::string& kind, bool bf16, std::int64_t m,
+                     std::int64_t n, std::int64_t K) {
+    if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
+        std::fprintf(stderr, "%s %s m=%lld n=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", kind.c_str(), (long long)m,
+                     (long long)n, (long long)K, pd.impl_info_str());
+    return {dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
+}
+
+// Runs it on this thread's stream, with this thread's scratch buffer.
+// `bias` (optional, a (1, n) row added to every row of C) for a primitive made with one.
+void run_product(const Product& product, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c,
+                 const dnnl::memory* bias = nullptr) {
+    thread_local dnnl::stream stream(cpu_engine());
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < product.scratch_bytes) scratch.resize(product.scratch_bytes);
+    const dnnl::memory scratch_mem({{std::int64_t(product.scratch_bytes)}, dnnl::memory::data_type::u8, dnnl::memory::dims{1}},
+                                   cpu_engine(), scratch.data());
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratch_mem}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, *bias);
+    product.matmul.execute(stream, args);
+    stream.wait();
+}
+
+dnnl::memory::desc operand_desc(bool transposed, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool bf16) {
+    using dt = dnnl::memory::data_type;
+    return {{rows, cols}, bf16 ? dt::bf16 : dt::f32, transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1}};
+}
+
+dnnl::memory::desc bias_desc(std::int64_t n) { return {{1, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{n, 1}}; }
+
+Product make_tile_primitive(const TileKey& key) {
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16, bias] = key;
+    const dnnl::memory::desc c_md({m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
+    const dnnl::memory::desc a_md = operand_desc(ta, m, K, lda, bf16), b_md = operand_desc(tb, K, n, ldb, bf16);
+    const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_desc(n), c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+    const dnnl::matmul::primitive_desc pd(desc, product_attr(alpha, beta), cpu_engine());
+    return make_product(pd, std::string("tile ") + (ta ? 'T' : 'N') + (tb ? 'T' : 'N') + (bias ? " +bias" : ""), bf16, m, n, K);
+}
+
+}  // namespace
+
+// C = α·op(A)·op(B) + β·C, or with `bias` (n values; the key says so, and then α = 1 and β = 0), op(A)·op(B)
+// + the bias on every row, added in the kernel.
+void onednn_tile(const TileKey& key, const void* A, const void* B, float* C, const float* bias) {
+    // Each thread keeps its own primitives and stream: no locks, and no primitive runs on two threads at once.
+    thread_local std::map<TileKey, Product> primitives;
+    OneThread one_thread;
+    auto it = primitives.find(key);
+    if (it == primitives.end()) it = primitives.emplace(key, make_tile_primitive(key)).first;
+    const auto [ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bf16, has_bias] = key;
+    const dnnl::memory a(operand_desc(ta, m, K, lda, bf16), cpu_engine(), const_cast<void*>(A));
+    const dnnl::memory b(operand_desc(tb, K, n, ldb, bf16), cpu_engine(), const_cast<void*>(B));
+    const dnnl::memory c({{m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1}}, cpu_engine(), C);
+    if (!has_bias) return run_product(it->second, a, b, c);
+    const dnnl::memory bias_mem(bias_desc(n), cpu_engine(), const_cast<float*>(bias));
+    run_product(it->second, a, b, c, &bias_mem);
+}
+
+// fp32 tiles go to oneDNN rather than sgemm where it has AVX-512 kernels. On the AMD EPYCs of these machines
+// the environment sets OPENBLAS_CORETYPE=Haswell, and OpenBLAS's Haswell sgemm (AVX2) made a training step
+// 1.6x slower than oneDNN's (328-349 against 212 ms, Zen 4, 2 threads); with OpenBLAS's SkylakeX kernels the
+// two are as fast (204-213 against 212-213 ms).
+bool cpu_has_avx512() {
+    static const bool yes = onednn_isa_has(dnnl::cpu_isa::avx512_core);
+    return yes;
+}
+
+Precision parse_precision(const std::string& text) {
+    if (text == "fp32") return Precision::FP32;
+    if (text == "bf16") return Precision::BF16;
+    throw std::invalid_argument("precision must be one of fp32, bf16, got '" + text + "'");
+}
+
+const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
+
+bool cpu_has_bf16() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_bf16); }  // AMX's value contains its bits
+
+std::string set_precision(Precision p) {
+    if (p == Precision::BF16 && !cpu_has_bf16()) {
+        g_precision = Precision::FP32;
+        return "precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX) for oneDNN; running fp32";
+    }
+    g_precision = std::is_same_v<real, float> ? p : Precision::FP32;
+    return "";
+}
+
+Precision precision() { return g_precision; }
+
+// Products below kSmallProduct multiply-adds (attention's per-head 20×64·64×20, and everything in toy
+// models): A and B rounded to bf16 but held as floats, multiplied by sgemm. A product of two bf16 values is
+// exact in fp32 and the sums are fp32, so this computes what oneDNN's bf16 kernel computes (up to the order
+// of the sums), without its cost per call, which for these sizes exceeds the product itself (the backward
+// of attention's products: 110 ms a step through oneDNN's batched bf16 matmul, 28 ms this way, default
+// bench config). One single-threaded call.
+void bf16_small_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                                                float alpha, const float* A, std::int64_t lda, const float* B,
+                                                std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+    const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    thread_local std::vector<float> a_r, b_r;  // this thread's rounded copies of A and B
+    a_r.resize(std::size_t(a_rows * a_cols));
+    b_r.resize(std::size_t(b_rows * b_cols));
+    round_through_bf16(A, a_rows, a_cols, lda, a_r.data());
+    round_through_bf16(B, b_rows, b_cols, ldb, b_r.data());
+    gemm_impl(ta, tb, M, N, K, alpha, a_r.data(), a_cols, b_r.data(), b_cols, beta, C, ldc);
+}
+
+// ---- frozen matrices -----------------------------------------------------------------------------------
+
+namespace {
+const FrozenMatrices* g_frozen = nullptr;  // the one that lives, if any
+}
+
+// The packed copies: one per (first row, rows, precision) of a held matrix, made at first use under the lock
+// (decoding's groups run on several threads at once), then only read.
+struct FrozenMatrices::Packed {
+    std::mutex mutex;
+    std::map<std::tuple<const real*, std::int64_t, bool>, dnnl::memory> copies;
+#ifndef TAPEFORMER_F64
+    // The copy of B (N, K) with row stride ldb for products in fp32 or bf16, packed at its first use; an
+    // empty memory where oneDNN would not use its brgemm kernel for it (then B is left to the usual path).
+    dnnl::memory copy_of(const real* B, std::int64_t N, std::int64_t K, std::int64_t ldb, bool bf16) {
+        using dt = dnnl::memory::data_type;
+        using dims = dnnl::memory::dims;
+        std::lock_guard<std::mutex> lock(mutex);
+        auto it = copies.find({B, N, bf16});
+        if (it != copies.end()) return it->second;
+        // The layout oneDNN's kernel prefers for B (N, K), read as Bᵀ (K, N), asked for a canonical product
+        // (32 dense rows, α = 1, β = 0), so that it depends on N, K and the precision only: the primitives of
+        // multiply() are keyed by those, not by the layout.
+        const dt type = bf16 ? dt::bf16 : dt::f32;
+        const dnnl::memory::desc any({K, N}, type, dnnl::memory::format_tag::any);
+        const dnnl::memory::desc a32({32, K}, type, dims{K, 1}), c32({32, N}, dt::f32, dims{N, 1});
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a32, any, c32), cpu_engine());
+        // Only for oneDNN's brgemm kernels (AVX-512 CPUs): its gemm:jit fallback packs per call as sgemm
+        // does, and is no faster.
+        dnnl::memory copy;
+        if (std::string(pd.impl_info_str()).rfind("brg", 0) == 0) {
+            dnnl::memory plain({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
+            copy = dnnl::memory(pd.weights_desc(), cpu_engine());
+            dnnl::stream stream(cpu_engine());
+            dnnl::reorder(plain, copy).execute(stream, plain, copy);  // f32 -> bf16 rounds to nearest even
+            stream.wait();
+        }
+        return copies.emplace(std::make_tuple(B, N, bf16), copy).first->second;
+    }
+#endif
+};
+
+FrozenMatrices::FrozenMatrices() : packed_(std::make_unique<Packed>()) {
+    if (g_frozen) throw std::logic_error("FrozenMatrices: another one is alive; only one may live at a time");
+    g_frozen = this;
+}
+
+FrozenMatrices::~FrozenMatrices() { g_frozen = nullptr; }
+
+void FrozenMatrices::add(const real* data, std::int64_t rows, std::int64_t cols) {
+#ifndef TAPEFORMER_F64
+    if (rows > 0 && cols > 0) matrices_[data] = {rows, cols};
+#else
+    (void)data, (void)rows, (void)cols;  // the float64 build multiplies with dgemm only
+#endif
+}
+
+bool FrozenMatrices::holds(const real* B, std::int64_t rows, std::int64_t cols, std::int64_t ld) const {
+    auto it = matrices_.upper_bound(B);  // the held matrix that starts at or before B
+    if (it == matrices_.begin()) return false;
+    --it;
+    const auto [m_rows, m_cols] = it->second;
+    const std::ptrdiff_t offset = B - it->first;
+    return cols == m_cols && ld == m_cols && offset % m_cols == 0 && offset / m_cols + rows <= m_rows;
+}
+
+// One oneDNN matmul on this thread over B's packed copy. In bf16, A is rounded to a dense bf16 copy first
+// (oneDNN multiplies bf16 by bf16 only).
+bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
+                              std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C,
+                              std::int64_t ldc) const {
+#ifdef TAPEFORMER_F64
+    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+    return false;
+#else
+    if (!cpu_has_avx512() || !holds(B, N, K, ldb)) return false;
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    const bool bf16 = g_precision == Precision::BF16;
+    const dt type = bf16 ? dt::bf16 : dt::f32;
+    const std::int64_t a_ld = bf16 ? K : lda;
+    const dnnl::memory::desc a_md({M, K}, type, dims{a_ld, 1});
+    const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
+    using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float, bool>;
+    thread_local std::map<Key, Product> primitives;  // per thread: no primitive runs on two at once
+    try {
+        OneThread one_thread;  // oneDNN neither splits the product nor opens a region of its own
+        const dnnl::memory weights = packed_->copy_of(B, N, K, ldb, bf16);
+        if (!weights) return false;
+        const Key key{M, N, K, a_ld, ldc, alpha, beta, bf16};  // with N, K and bf16, the layout of `weights`
+        auto it = primitives.find(key);
+        if (it == primitives.end()) {
+            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, weights.get_desc(), c_md),
+                                                  product_attr(alpha, beta), cpu_engine());
+            it = primitives.emplace(key, make_product(pd, "held product", bf16, M, N, K)).first;
+        }
+        thread_local std::vector<bf16_t> a16;
+        const void* a = A;
+        if (bf16) {
+            a16.resize(std::size_t(M * K));
+            round_to_bf16(A, M, K, lda, a16.data());
+            a = a16.data();
+        }
+        const dnnl::memory a_mem(a_md, cpu_engine(), const_cast<void*>(a));
+        const dnnl::memory c_mem(c_md, cpu_engine(), C);
+        run_product(it->second, a_mem, weights, c_mem);
+        return true;
+    } catch (const dnnl::error&) {
+        return false;
+    }
+#endif
+}
+
+#ifndef TAPEFORMER_F64
+// Whether a held matrix (FrozenMatrices) took the product: then it is done, computed on this thread.
+bool held_product(const GemmCall& c) {
+    if (!g_frozen || c.batch != 1 || c.trans_a || !c.trans_b || c.K == 0 || !g_frozen->holds(c.B, c.N, c.K, c.ldb)) return false;
+    if (c.bias)
+        for (std::int64_t i = 0; i < c.M; ++i) std::memcpy(c.C + i * c.ldc, c.bias, std::size_t(c.N) * sizeof(real));
+    return g_frozen->multiply(c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, c.bias ? real(1) : c.beta, c.C, c.ldc);
+}
+#endif
+
+TF_NAMESPACE_END

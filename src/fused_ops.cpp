@@ -1,0 +1,255 @@
+// The fused kernels: each computes what a composition of ops.cpp's primitives computes, bit for bit, in one
+// op with a backward of its own, because it pays off in time or memory (a linear layer, a post-norm
+// sublayer's add and norm, the FFN's relu and dropout, attention over heads read in place, heads cut out of
+// a fused projection). Above each, "composed:" names the composition it equals and the test that holds it
+// to that, where one does; every one is also gradient-checked alone (src/gradcheck_suite/primitive_ops.cpp).
+#include "tapeformer/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "ops_kernels.h"
+
+TF_NAMESPACE_BEGIN
+
+// ---- affine (a linear layer) ------------------------------------------------------------------------------
+// y = x Wᵀ + b over N = rows of x. With dy the upstream gradient (N, out):
+//   dx (N, in) += dy · W,   dW (out, in) += dyᵀ · x,   db (out) += Σ_n dy[n, :].
+// composed: add(matmul(x, W, false, true), b), up to the last bits (the bias is added inside the product's
+// kernel, or the product onto rows that start as the bias). No test compares the two.
+
+Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    require_defined("affine", x, "input");
+    require_defined("affine", weight, "weight");
+    const std::string shapes = x.shape().str() + " with weight " + weight.shape().str() +
+                               (bias.defined() ? " and bias " + bias.shape().str() : "");
+    if (x.rank() < 1 || weight.rank() != 2 || x.shape().last() != weight.size(1))
+        fail("affine", "needs x (..., in) and weight (out, in): got " + shapes);
+    const std::int64_t N = x.shape().leading(), in_f = weight.size(1), out_f = weight.size(0);
+    if (bias.defined() && bias.shape() != Shape{out_f}) fail("affine", "bias must be (out): got " + shapes);
+    Shape out_shape = x.shape();
+    out_shape[-1] = out_f;
+    Tensor y = Tensor::empty(out_shape);  // (..., out)
+    // (N, in) @ (out, in)ᵀ -> (N, out), added onto the bias rows or written
+    gemm_group({GemmCall{false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, 0, y.data(), out_f, 1, 0, 0, 0,
+                         bias.defined() ? bias.data() : nullptr}});
+    if (!needs_grad({&x, &weight, &bias})) return y;
+    std::vector<Tensor> inputs{x, weight};
+    if (bias.defined()) inputs.push_back(bias);
+    return record("affine", y, std::move(inputs), [N, in_f, out_f](Tensor& y, std::vector<Tensor>& in) {
+        const real* dy = y.grad();  // (N, out)
+        // The three are independent: one parallel region computes them together (gemm_group).
+        GemmCall dx_call, dW_call;  // M = 0: not needed
+        if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
+            const GradTarget dx = in[0].grad_target();
+            dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
+        }
+        if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
+            const GradTarget dW = in[1].grad_target();
+            dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
+        }
+        GradTarget db{nullptr, false};
+        if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
+        // db (out) += column sums of dy, by blocks of columns
+        auto db_block = [&](std::int64_t blk) {
+            sum_column_block(N, out_f, blk, db, [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
+        };
+        const std::int64_t db_blocks = db.data ? column_blocks(out_f) : 0;
+        if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_blocks, db_block);
+        gemm_group({dx_call});  // x is (a view of) the weight: its two gradients are one buffer, added in turn
+        gemm_group({dW_call}, db_blocks, db_block);
+    });
+}
+
+// ---- slice_heads -----------------------------------------------------------------------------------------
+// out[b, h, t, :] = x[b, t, begin + h·D : begin + (h+1)·D], and backward adds each row of g back there.
+// composed: permute(reshape(slice_last(x, begin, end), (B, T, H, D)), {0, 2, 1, 3}); a copy of the same
+// values either way. No test compares the two.
+
+Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::int64_t H) {
+    require_defined("slice_heads", x, "input");
+    if (x.rank() != 3) fail("slice_heads", "input must be (B, T, W), got " + x.shape().str());
+    const std::int64_t B = x.size(0), T = x.size(1), W = x.size(2);
+    if (begin < 0 || end > W || begin >= end || H <= 0 || (end - begin) % H != 0)
+        fail("slice_heads", "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + x.shape().str() +
+                                " does not split into " + std::to_string(H) + " heads");
+    const std::int64_t D = (end - begin) / H, rows = B * H * T;
+    Tensor out = Tensor::empty({B, H, T, D});  // (B, H, T, D)
+    // Row r = (b, h, t) of the output starts at x[b, t, begin + h·D].
+    auto source = [H, T, W, D, begin](std::int64_t r) {
+        const std::int64_t t = r % T, h = (r / T) % H, b = r / (T * H);
+        return (b * T + t) * W + begin + h * D;
+    };
+    const real* px = x.data();
+    real* y = out.data();
+#pragma omp parallel for schedule(static) if (rows * D >= kParallelGrain)
+    for (std::int64_t r = 0; r < rows; ++r) std::memcpy(y + r * D, px + source(r), D * sizeof(real));
+    if (!needs_grad({&x})) return out;
+    return record("slice_heads", out, {x}, [rows, D, source](Tensor& y, std::vector<Tensor>& in) {
+        const real* g = y.grad();
+        real* dx = in[0].grad();
+#pragma omp parallel for schedule(static) if (rows * D >= kParallelGrain)
+        for (std::int64_t r = 0; r < rows; ++r) {  // every row lands in its own place: no two threads meet
+            real* d = dx + source(r);
+#pragma omp simd
+            for (std::int64_t j = 0; j < D; ++j) d[j] += g[r * D + j];
+        }
+    });
+}
+
+// ---- add_layer_norm, add_dropout_layer_norm: layer_norm(x + residual), layer_norm(x + dropout(residual)) ------
+// One kernel with layer_norm (layer_norm_impl, ops.cpp), which adds the residual row by row and keeps no sum.
+// composed: layer_norm(add(x, residual)) and layer_norm(add(x, dropout(residual, p))), the same bits and the
+// same draws ("ops: relu_dropout and add_dropout_layer_norm give the numbers of the ops they fuse ...",
+// tests/test_ops.cpp, for the dropout form).
+
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta, real eps) {
+    return layer_norm_impl("add_layer_norm", x, &residual, gamma, beta, eps);
+}
+
+Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, Rng& rng, const Tensor& gamma,
+                              const Tensor& beta, real eps, bool training) {
+    check_dropout_probability("add_dropout_layer_norm", p);
+    if (!training || p == 0) return add_layer_norm(x, residual, gamma, beta, eps);
+    require_defined("add_dropout_layer_norm", residual, "residual");
+    const DropoutDraws draws(rng, residual.numel(), p);
+    return layer_norm_impl("add_dropout_layer_norm", x, &residual, gamma, beta, eps, &draws);
+}
+
+// ---- relu_dropout ----------------------------------------------------------------------------------------------
+// One op for what the feed-forward network does between its two linear layers. The output is positive
+// exactly where x > 0 and the value survived, which is also exactly where the gradient passes (× 1/(1−p)):
+// backward needs neither the mask nor relu(x), so the (B, T, F) tensor between the two ops is never made.
+// composed: dropout(relu(a), p), the same bits and draws (the same test in tests/test_ops.cpp).
+Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
+    require_defined("relu_dropout", a, "input");
+    check_dropout_probability("relu_dropout", p);
+    if (!training || p == 0) return relu(a);
+    const DropoutDraws draws(rng, a.numel(), p);
+    Tensor out = Tensor::empty(a.shape());
+    const real* x = a.data();
+    real* y = out.data();
+    const std::int64_t n = a.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) y[i] = draws.apply(i, x[i] > 0 ? x[i] : real(0));
+    if (!needs_grad({&a})) return out;
+    const real keep_scale = draws.keep_scale;
+    return record("relu_dropout", out, {a}, [keep_scale](Tensor& y, std::vector<Tensor>& in) {
+        const real *g = y.grad(), *v = y.data();
+        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return v[i] > 0 ? g[i] * keep_scale : real(0); });
+    });
+}
+
+// ---- attention over heads read in place ---------------------------------------------------------------------
+// Per head (b, h), with Q (Tq, D), K, V (Tk, D) strided views of the inputs and s = 1/√D:
+//   forward:  P = softmax(s·Q Kᵀ + mask),  Pd = dropout(P),  context = Pd V
+//   backward: dPd = dC Vᵀ,  dV += Pdᵀ dC,  dP = dropout's backward of dPd,  dS = softmax's backward (P, dP),
+//             dQ += s·dS K,  dK += s·dSᵀ Q
+// The products are gemm's, with the shapes, α and order of the composed ops' products, and the rows are
+// softmax_row / softmax_backward_row and DropoutDraws: the same bits as the composition.
+// composed: MultiHeadAttention::attend (src/nn/attention.cpp) over slice_heads, matmul, softmax, dropout,
+// matmul, merge_heads; "determinism: a model's loss and every gradient give the same bits on any thread
+// count" (tests/test_determinism.cpp) compares a model's loss and gradients both ways, bit for bit.
+
+Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
+                       std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training) {
+    const char* op = "attention_heads";
+    require_defined(op, xq, "queries");
+    require_defined(op, xkv, "keys and values");
+    check_dropout_probability(op, p);
+    if (xq.rank() != 3 || xkv.rank() != 3 || xq.size(0) != xkv.size(0))
+        fail(op, "needs queries (B, Tq, W) and keys/values (B, Tk, W'), got " + xq.shape().str() + " and " + xkv.shape().str());
+    const std::int64_t B = xq.size(0), Tq = xq.size(1), Wq = xq.size(2), Tk = xkv.size(1), Wkv = xkv.size(2), C = H * D;
+    if (H <= 0 || D <= 0 || q_at < 0 || q_at + C > Wq || k_at < 0 || k_at + C > Wkv || v_at < 0 || v_at + C > Wkv)
+        fail(op, std::to_string(H) + " heads of " + std::to_string(D) + " at columns " + std::to_string(q_at) + " (queries), " +
+                     std::to_string(k_at) + ", " + std::to_string(v_at) + " (keys, values) do not fit " + xq.shape().str() +
+                     " and " + xkv.shape().str());
+    const Shape weights_shape{B, H, Tq, Tk};
+    std::int64_t ms[4] = {0, 0, 0, 0};  // the mask's strides over (B, H, Tq, Tk)
+    if (mask.defined()) {
+        if (mask.rank() > 4) fail(op, "mask " + mask.shape().str() + " has more than 4 axes");
+        const Broadcast bc = broadcast(op, weights_shape, mask.shape());
+        if (bc.out != weights_shape) fail(op, "mask " + mask.shape().str() + " does not broadcast to " + weights_shape.str());
+        std::copy(bc.sb, bc.sb + 4, ms);
+    }
+    const bool drop = training && p > 0;
+    const DropoutDraws draws = drop ? DropoutDraws(rng, weights_shape.numel(), p) : DropoutDraws();
+    const real scale = real(1) / std::sqrt(real(D));
+    Tensor weights = Tensor::empty(weights_shape);  // P, kept for backward
+    Tensor out = Tensor::empty({B, Tq, C});
+    const real *pq = xq.data(), *pkv = xkv.data(), *pm = mask.defined() ? mask.data() : nullptr;
+    real *pw = weights.data(), *py = out.data();
+    // Where head i = (b, h) starts in xq (its Q), in xkv (its K and V) and in the output (its context).
+    struct HeadAt {
+        std::int64_t b, h, q, k, v, context;
+    };
+    auto head_at = [=](std::int64_t i) {
+        const std::int64_t b = i / H, h = i % H;
+        return HeadAt{b, h, b * Tq * Wq + q_at + h * D, b * Tk * Wkv + k_at + h * D, b * Tk * Wkv + v_at + h * D, b * Tq * C + h * D};
+    };
+    const std::int64_t work = B * H * Tq * Tk * D;
+#pragma omp parallel for schedule(static) if (work >= kParallelGrain)
+    for (std::int64_t i = 0; i < B * H; ++i) {
+        const HeadAt at = head_at(i);
+        real* P = pw + i * Tq * Tk;
+        gemm(false, true, Tq, Tk, D, scale, pq + at.q, Wq, pkv + at.k, Wkv, 0, P, Tk);  // s·Q Kᵀ (Tq, Tk)
+        for (std::int64_t t = 0; t < Tq; ++t)
+            softmax_row(P + t * Tk, pm ? pm + at.b * ms[0] + at.h * ms[1] + t * ms[2] : nullptr, ms[3], Tk, P + t * Tk);
+        const real* A = P;
+        thread_local std::vector<real> scratch;  // Pd
+        if (drop) {
+            scratch.resize(std::size_t(Tq * Tk));
+            for (std::int64_t j = 0; j < Tq * Tk; ++j) scratch[j] = draws.apply(i * Tq * Tk + j, P[j]);
+            A = scratch.data();
+        }
+        gemm(false, false, Tq, D, Tk, 1, A, Tk, pkv + at.v, Wkv, 0, py + at.context, C);  // Pd V (Tq, D)
+    }
+    if (!needs_grad({&xq, &xkv})) return out;
+    const bool self = xkv.same_storage(xq);  // one gradient buffer: the heads' columns of it are disjoint
+    if (self && (xkv.data() != xq.data() || xkv.shape() != xq.shape()))
+        fail(op, "keys/values " + xkv.shape().str() + " are another view of the queries' storage " + xq.shape().str());
+    std::vector<Tensor> inputs{xq};
+    if (!self) inputs.push_back(xkv);
+    return record(op, out, std::move(inputs),
+                  [=](Tensor& y, std::vector<Tensor>& in) {
+        const real* g = y.grad();  // (B, Tq, C)
+        // The heads' gradients go to disjoint columns of the inputs' gradients, added to what is there.
+        real* dxq = in[0].requires_grad() ? in[0].grad() : nullptr;
+        real* dxkv = self ? dxq : (in[1].requires_grad() ? in[1].grad() : nullptr);
+        const real* P_all = weights.data();
+#pragma omp parallel for schedule(static) if (work >= kParallelGrain)
+        for (std::int64_t i = 0; i < B * H; ++i) {
+            const HeadAt at = head_at(i);
+            const real* P = P_all + i * Tq * Tk;
+            const real* dC = g + at.context;  // (Tq, D), row stride C
+            thread_local std::vector<real> pd, dp;
+            thread_local std::vector<std::uint8_t> kept;  // the head's dropout draws, hashed once for both uses
+            pd.resize(std::size_t(Tq * Tk));
+            dp.resize(std::size_t(Tq * Tk));
+            const real* A = P;
+            if (drop) {
+                kept.resize(std::size_t(Tq * Tk));
+                for (std::int64_t j = 0; j < Tq * Tk; ++j) {
+                    kept[j] = draws.keeps(i * Tq * Tk + j);
+                    pd[j] = kept[j] ? P[j] * draws.keep_scale : real(0);  // DropoutDraws::apply
+                }
+                A = pd.data();
+            }
+            gemm(false, true, Tq, Tk, D, 1, dC, C, pkv + at.v, Wkv, 0, dp.data(), Tk);  // dPd = dC Vᵀ (Tq, Tk)
+            if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, 1, dxkv + at.v, Wkv);  // dV += Pdᵀ dC
+            if (drop)
+                for (std::int64_t j = 0; j < Tq * Tk; ++j) dp[j] = kept[j] ? dp[j] * draws.keep_scale : real(0);  // dP
+            for (std::int64_t t = 0; t < Tq; ++t)  // dS, over dP
+                softmax_backward_row(dp.data() + t * Tk, P + t * Tk, Tk, pd.data() + t * Tk, true);
+            const real* dS = pd.data();
+            if (dxq) gemm(false, false, Tq, D, Tk, scale, dS, Tk, pkv + at.k, Wkv, 1, dxq + at.q, Wq);  // dQ += s·dS K
+            if (dxkv) gemm(true, false, Tk, D, Tq, scale, dS, Tk, pq + at.q, Wq, 1, dxkv + at.k, Wkv);  // dK += s·dSᵀ Q
+        }
+    });
+}
+
+TF_NAMESPACE_END
