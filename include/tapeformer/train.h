@@ -108,4 +108,8 @@ TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar);
 // Reads, validates and returns DIR/run.json (for --resume).
 TrainConfig load_run_config(const std::string& dir);
 
+// Whether `name`, a path relative to a run directory ("model.safetensors", "checkpoints/step-N.safetensors"),
+// is one of the files training writes there: the files no other command's output may replace.
+bool is_run_file(const std::string& name);
+
 TF_NAMESPACE_END
