@@ -76,15 +76,17 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
         if (fd_ < 0) fail("standard output is not open", errno);
         return;
     }
-    target_ = output_target(path_);
     struct stat st {};
-    const bool exists = ::stat(target_.c_str(), &st) == 0;
-    if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    if (::stat(path_.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
         // Written straight through: a rename would put a regular file in the device's or the FIFO's place.
-        fd_ = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd_ < 0) fail("cannot open '" + target_ + "'", errno);
+        // Opened by the given name, so that the kernel follows /dev/stdout -> /proc/self/fd/1 -> pipe:[N].
+        target_ = path_;
+        fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd_ < 0) fail("cannot open it", errno);
         return;
     }
+    target_ = output_target(path_);
+    const bool exists = ::stat(target_.c_str(), &st) == 0;
     if (exists && S_ISDIR(st.st_mode)) fail("'" + target_ + "' is a directory", EISDIR);
     if (exists && !S_ISREG(st.st_mode))
         throw std::runtime_error("cannot write '" + path_ + "': '" + target_ + "' is a " +

@@ -239,6 +239,15 @@ TEST_CASE("outputs: a directory or a socket is refused, '-' is standard output",
     CHECK(r.status == 0);
     CHECK_THAT(r.out, Catch::StartsWith("tape: ") && Catch::Contains("digraph"));
     CHECK(!fs::exists(tmp / "-"));
+
+    // /dev/stdout on a pipe: a chain of links ending in "pipe:[N]", which only the kernel can follow.
+    const std::string piped = tmp / "piped.txt";
+    const std::string command = shell_quote(TF_CLI) + " --threads 1 tape --dot /dev/stdout 2>" + shell_quote(tmp / "err") +
+                                " | cat >" + shell_quote(piped);
+    REQUIRE(std::system(command.c_str()) == 0);
+    INFO("stderr: " << read_all(tmp / "err"));
+    CHECK(read_all(tmp / "err").empty());
+    CHECK_THAT(read_all(piped), Catch::StartsWith("tape: ") && Catch::Contains("digraph"));
 }
 
 // ---- an output is never an input -----------------------------------------------------------------------------

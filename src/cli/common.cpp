@@ -104,8 +104,9 @@ bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == 
 void check_output_path(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
     namespace fs = std::filesystem;
     if (path == "-") return;  // standard output
-    const std::string target = output_target(path);  // io.h: links followed; the rule every output obeys
     struct stat out {};
+    if (::stat(path.c_str(), &out) == 0 && (S_ISCHR(out.st_mode) || S_ISFIFO(out.st_mode))) return;  // written through
+    const std::string target = output_target(path);  // io.h: links followed; the rule every output obeys
     const bool exists = ::stat(target.c_str(), &out) == 0;
     if (exists && S_ISDIR(out.st_mode)) throw std::runtime_error(flag + " '" + path + "' is a directory, not a file");
     if (exists && (S_ISBLK(out.st_mode) || S_ISSOCK(out.st_mode)))
