@@ -1,6 +1,7 @@
 // tapeformer: the command-line tool. Each subcommand lives in src/cli/; this file wires them together
 // and turns any error into one line on stderr and a non-zero exit code.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <exception>
 #include <iostream>
 
@@ -10,6 +11,10 @@
 
 int main(int argc, char** argv) {
     tf::configure_runtime(argv);  // may restart the program once with OMP_WAIT_POLICY / OPENBLAS_CORETYPE set
+    // A closed pipe on stdout: the write fails with EPIPE and the error is reported (one line, exit 1)
+    // instead of the process ending silently by signal.
+    std::signal(SIGPIPE, SIG_IGN);
+    tf::watch_standard_output();
     CLI::App app{"tapeformer: train, inspect and run small encoder-decoder Transformers on the CPU"};
     app.require_subcommand(1);
     app.fallthrough();
@@ -37,6 +42,7 @@ int main(int argc, char** argv) {
     try {
         tf::check_subcommand_name(app, argc, argv);
         app.parse(argc, argv);
+        tf::finish_standard_output();  // a command's printed results that did not reach stdout are an error
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {

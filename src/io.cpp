@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <stdexcept>
 #include <utility>
 
@@ -44,29 +45,84 @@ int write_all(int fd, std::string_view bytes) {
 
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+std::string output_target(const std::string& path) {
+    if (path == "-") return path;
+    std::string p = path;
+    for (int links = 0;; ++links) {
+        struct stat st {};
+        // Missing, or not a link: the output lands here (a missing parent or a denied access is the open's to report).
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+        if (links == 40) throw std::runtime_error("cannot write '" + path + "': " + reason(ELOOP));
+        std::string link(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+        const ssize_t n = ::readlink(p.c_str(), link.data(), link.size());
+        if (n < 0) throw std::runtime_error("cannot write '" + path + "': cannot read the link '" + p + "': " + reason(errno));
+        link.resize(static_cast<std::size_t>(n));
+        if (link.empty()) throw std::runtime_error("cannot write '" + path + "': the link '" + p + "' is empty");
+        if (link[0] != '/') {  // relative to the directory that holds the link
+            const std::string dir = parent_dir(p);
+            link = (dir == "/" ? dir : dir + "/") + link;
+        }
+        p = link;
+    }
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+    if (path_ == "-") {
+        // Standard output: whatever the command printed through std::cout or stdio goes out first.
+        std::cout.flush();
+        std::fflush(stdout);
+        target_ = path_;
+        fd_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
+        if (fd_ < 0) fail("standard output is not open", errno);
+        return;
+    }
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+        // Written straight through: a rename would put a regular file in the device's or the FIFO's place.
+        // Opened by the given name, so that the kernel follows /dev/stdout -> /proc/self/fd/1 -> pipe:[N].
+        target_ = path_;
+        fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd_ < 0) fail("cannot open it", errno);
+        return;
+    }
+    target_ = output_target(path_);
+    const bool exists = ::stat(target_.c_str(), &st) == 0;
+    if (exists && S_ISDIR(st.st_mode)) fail("'" + target_ + "' is a directory", EISDIR);
+    if (exists && !S_ISREG(st.st_mode))
+        throw std::runtime_error("cannot write '" + path_ + "': '" + target_ + "' is a " +
+                                 (S_ISBLK(st.st_mode) ? "block device" : S_ISSOCK(st.st_mode) ? "socket" : "special file") +
+                                 "; an output is a file, a character device, a FIFO or - (standard output)");
+    tmp_ = target_ + ".tmp." + std::to_string(::getpid());
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd_ < 0) fail("cannot create temporary file '" + tmp_ + "'", errno);
+    // The replacement keeps the replaced file's permissions (a private file stays private).
+    if (exists && ::fchmod(fd_, st.st_mode & 07777) != 0) fail("cannot set the mode of '" + tmp_ + "'", errno);
 }
 
 AtomicFile::~AtomicFile() {
     if (fd_ < 0) return;  // committed, or failed and cleaned up
     ::close(fd_);
-    ::unlink(tmp_.c_str());
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
 }
 
 void AtomicFile::fail(const std::string& what, int err) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    ::unlink(tmp_.c_str());  // nothing to do if it was never created
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());  // nothing to do if it was never created
     throw std::runtime_error("cannot write '" + path_ + "': " + what + ": " + reason(err));
 }
 
 void AtomicFile::write(std::string_view bytes) {
-    if (int err = write_all(fd_, bytes)) fail("write to '" + tmp_ + "' failed", err);
+    if (int err = write_all(fd_, bytes)) fail(tmp_.empty() ? "write failed" : "write to '" + tmp_ + "' failed", err);
 }
 
 void AtomicFile::commit() {
+    if (tmp_.empty()) {  // straight through: the bytes are out; a device may still report an error on close
+        const int fd = fd_;
+        fd_ = -1;
+        if (::close(fd) != 0) throw std::runtime_error("cannot write '" + path_ + "': close failed: " + reason(errno));
+        return;
+    }
     // fsync before rename: otherwise a crash can leave the new name pointing at an empty file.
     if (::fsync(fd_) != 0) fail("fsync of '" + tmp_ + "' failed", errno);
     const int fd = fd_;
@@ -76,7 +132,7 @@ void AtomicFile::commit() {
         ::unlink(tmp_.c_str());
         throw std::runtime_error("cannot write '" + path_ + "': close of '" + tmp_ + "' failed: " + reason(err));
     }
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
         const int err = errno;
         ::unlink(tmp_.c_str());
         throw std::runtime_error("cannot write '" + path_ + "': rename from '" + tmp_ + "' failed: " + reason(err));
@@ -84,7 +140,7 @@ void AtomicFile::commit() {
 
     // The rename lives in the directory: fsync it so that the new name survives a crash. Some file
     // systems cannot fsync a directory (EINVAL); the file itself is already safe there.
-    const std::string dir = parent_dir(path_);
+    const std::string dir = parent_dir(target_);
     int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         throw std::runtime_error("cannot write '" + path_ + "': cannot open directory '" + dir +

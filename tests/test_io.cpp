@@ -105,11 +105,14 @@ TEST_CASE("write_file_atomic leaves the existing file untouched when it cannot w
 
 TEST_CASE("write_file_atomic removes its temporary file when the rename fails", "[io]") {
     TempDir dir;
-    // The target is a non-empty directory: the temporary file is written, then rename() refuses.
+    // The target becomes a non-empty directory after the writer started (a directory given as the target is
+    // refused at once): the temporary file is written, then rename() refuses.
     const std::string path = dir / "target";
+    tf::AtomicFile file(path);
+    file.write("data");
     fs::create_directory(path);
     tf::write_file_atomic(dir / "target/keep", "x");
-    CHECK_THROWS_WITH(tf::write_file_atomic(path, "data"), Catch::Contains(path) && Catch::Contains("rename"));
+    CHECK_THROWS_WITH(file.commit(), Catch::Contains(path) && Catch::Contains("rename"));
     CHECK(count_tmp_files(dir.path) == 0);
     CHECK(tf::read_file(dir / "target/keep") == "x");
 }

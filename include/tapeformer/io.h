@@ -2,6 +2,7 @@
 //
 // A checkpoint must never be half-written: write_file_atomic writes a temporary file beside the target,
 // flushes it to disk and renames it over the target, so a reader sees either the old file or the new one.
+// A device, a FIFO or a symbolic link given as an output is written, never replaced (the rule below).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,15 +13,31 @@
 
 TF_NAMESPACE_BEGIN
 
-// Replaces `path` with `bytes`, atomically: writes `path + ".tmp.<pid>"` in the same directory, fsyncs
-// it, renames it over `path` and fsyncs the directory. On any failure the temporary file is removed, an
-// existing `path` is left untouched, and std::runtime_error names the path and the system's reason.
+// Where an output goes. One rule for every file tapeformer writes, applied by AtomicFile and
+// write_file_atomic below; it is where `> path` in a shell would write, made crash-safe for files:
+//  - "-" is standard output, written straight through (std::cout is flushed first, to keep the order);
+//  - a symbolic link is followed, link after link, to the path it finally names (output_target); the
+//    link stays, and what it names is written by the rules below (a missing target is created);
+//  - a regular file, or nothing, is replaced atomically: the bytes go to `target + ".tmp.<pid>"` in the
+//    same directory, which is fsynced and renamed over the target (the directory is fsynced too), so a
+//    reader sees the old file or the new one, never half of one; the new file keeps the old one's mode;
+//  - a character device (/dev/null, a terminal) or a FIFO is written straight through, never replaced;
+//  - a directory, a block device or a socket is refused before anything is written.
+// On any failure the temporary file is removed, an existing regular target is left untouched, and
+// std::runtime_error names the path and the system's reason.
+
+// The path an output named `path` lands on: `path` with its symbolic links followed to the end ("-" for
+// "-"). Throws std::runtime_error naming the path on a link loop or an unreadable link.
+std::string output_target(const std::string& path);
+
+// Writes `bytes` to the output `path`, by the rule above.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 // The same, written in pieces: for output that should not be held in memory whole (translate streams its
-// translations). Writes go to `path + ".tmp.<pid>"`; commit() fsyncs it and renames it over `path`. A
-// writer destroyed without commit() (an error, an interrupted run) removes its temporary file, leaving an
-// existing `path` untouched. Errors throw std::runtime_error naming the path and the system's reason.
+// translations). A file is written to its temporary and commit() renames it into place; straight-through
+// outputs (a device, a FIFO, "-") receive each write() as it comes and commit() only closes them. A writer
+// destroyed without commit() (an error, an interrupted run) removes its temporary file, leaving an existing
+// file untouched. Errors throw std::runtime_error naming the path and the system's reason.
 class AtomicFile {
 public:
     explicit AtomicFile(std::string path);
@@ -30,12 +47,13 @@ public:
 
     void write(std::string_view bytes);
     void commit();
+    // The temporary file a crash or a signal would leave behind; "" for a straight-through output.
     const std::string& temp_path() const { return tmp_; }
 
 private:
     [[noreturn]] void fail(const std::string& what, int err);
 
-    std::string path_, tmp_;
+    std::string path_, target_, tmp_;
     int fd_ = -1;
 };
 

@@ -125,4 +125,8 @@ struct RunIdentity {
 // Reads, validates and returns DIR/run.json (for --resume), and with `identity` the run's identity.
 TrainConfig load_run_config(const std::string& dir, RunIdentity* identity = nullptr);
 
+// Whether `name`, a path relative to a run directory ("model.safetensors", "checkpoints/step-N.safetensors"),
+// is one of the files training writes there: the files no other command's output may replace.
+bool is_run_file(const std::string& name);
+
 TF_NAMESPACE_END

@@ -43,8 +43,8 @@ void add_attention_command(CLI::App& app) {
     cmd->add_option("--mask-heads", opt->mask, "Heads switched off first, e.g. E:0:1,A:2:3");
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
     cmd->callback([opt, cmd]() {
-        if (!opt->json.empty()) check_output_path(opt->json, "--json");
-        if (!opt->html.empty()) check_output_path(opt->html, "--html");
+        if (!opt->json.empty()) check_output_path(opt->json, "--json", {opt->model_dir});
+        if (!opt->html.empty()) check_output_path(opt->html, "--html", {opt->model_dir});
         if (!opt->svg_dir.empty() && std::filesystem::exists(opt->svg_dir) && !std::filesystem::is_directory(opt->svg_dir))
             throw std::runtime_error("--svg-dir '" + opt->svg_dir + "' is a file; expected a directory");
         ModelBundle bundle = load_model_dir(opt->model_dir);

@@ -1,13 +1,20 @@
 // State and checks shared by the CLI's subcommands.
 #include "tapeformer/cli/commands.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 
 #include "tapeformer/blas.h"
+#include "tapeformer/io.h"
+#include "tapeformer/train.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -28,6 +35,106 @@ void apply_precision(const std::string& precision) {
 int& command_exit_code() {
     static int code = 0;
     return code;
+}
+
+namespace {
+
+// std::cout's own buffer (libstdc++'s, writing through stdio), wrapped so that the reason of the first failed
+// write is kept: a failure mid-output leaves std::cout bad, and by the time the command ends errno says
+// nothing about it any more.
+class ReasonKeepingBuf : public std::streambuf {
+public:
+    explicit ReasonKeepingBuf(std::streambuf* inner) : inner_(inner) {}
+    int first_error() const { return error_; }
+
+protected:
+    int_type overflow(int_type c) override {
+        if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+        errno = 0;
+        const int_type r = inner_->sputc(traits_type::to_char_type(c));
+        if (traits_type::eq_int_type(r, traits_type::eof())) keep(errno);
+        return r;
+    }
+    std::streamsize xsputn(const char* s, std::streamsize n) override {
+        errno = 0;
+        const std::streamsize r = inner_->sputn(s, n);
+        if (r < n) keep(errno);
+        return r;
+    }
+    int sync() override {
+        errno = 0;
+        const int r = inner_->pubsync();
+        if (r != 0) keep(errno);
+        return r;
+    }
+
+private:
+    void keep(int err) {
+        if (error_ == 0) error_ = err != 0 ? err : EIO;
+    }
+    std::streambuf* inner_;
+    int error_ = 0;
+};
+
+ReasonKeepingBuf* g_stdout_buf = nullptr;
+
+}  // namespace
+
+void watch_standard_output() {
+    if (g_stdout_buf) return;
+    g_stdout_buf = new ReasonKeepingBuf(std::cout.rdbuf());  // lives as long as std::cout
+    std::cout.rdbuf(g_stdout_buf);
+}
+
+void finish_standard_output() {
+    errno = 0;
+    std::cout.flush();
+    int err = g_stdout_buf ? g_stdout_buf->first_error() : 0;
+    if (std::fflush(stdout) != 0 && err == 0) err = errno;
+    if (!std::cout || std::ferror(stdout))
+        throw std::runtime_error(std::string("cannot write to standard output: ") + std::strerror(err != 0 ? err : EIO));
+}
+
+namespace {
+
+bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
+    namespace fs = std::filesystem;
+    if (path == "-") return;  // standard output
+    struct stat out {};
+    if (::stat(path.c_str(), &out) == 0 && (S_ISCHR(out.st_mode) || S_ISFIFO(out.st_mode))) return;  // written through
+    const std::string target = output_target(path);  // io.h: links followed; the rule every output obeys
+    const bool exists = ::stat(target.c_str(), &out) == 0;
+    if (exists && S_ISDIR(out.st_mode)) throw std::runtime_error(flag + " '" + path + "' is a directory, not a file");
+    if (exists && (S_ISBLK(out.st_mode) || S_ISSOCK(out.st_mode)))
+        throw std::runtime_error(flag + " '" + path + "' is a " + (S_ISBLK(out.st_mode) ? "block device" : "socket") +
+                                 "; an output is a file, a character device, a FIFO or - (standard output)");
+    const fs::path parent = fs::path(target).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+        throw std::runtime_error(flag + " '" + path + "': directory '" + parent.string() + "' does not exist");
+
+    // Inputs compared by device and inode: another spelling, a link or a hard link of an input is that input.
+    const std::string dir = parent.empty() ? "." : parent.string(), name = fs::path(target).filename().string();
+    struct stat in {}, where {}, above {};
+    const bool where_known = ::stat(dir.c_str(), &where) == 0;
+    const bool above_known = ::stat((dir + "/..").c_str(), &above) == 0;
+    for (const std::string& input : inputs) {
+        if (input.empty() || ::stat(input.c_str(), &in) != 0) continue;
+        if (S_ISDIR(in.st_mode)) {  // a model or run directory: the files training wrote there are its inputs
+            const bool in_dir = where_known && same_file(where, in) && is_run_file(name);
+            const bool in_checkpoints = above_known && same_file(above, in) &&
+                                        fs::path(dir).filename() == "checkpoints" && is_run_file("checkpoints/" + name);
+            if (in_dir || in_checkpoints)
+                throw std::runtime_error(flag + " '" + path + "' is " + (in_dir ? name : "checkpoints/" + name) +
+                                         " of the model directory '" + input + "'; an output may not replace it");
+        } else if (exists && same_file(out, in)) {
+            throw std::runtime_error(flag + " '" + path + "' is the input '" + input + "'; an output may not replace an input");
+        }
+    }
 }
 
 namespace {

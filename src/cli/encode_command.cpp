@@ -52,8 +52,8 @@ void add_encode_command(CLI::App& app) {
             }
             out += '\n';
         }
-        std::cout << out << std::flush;
-        if (!std::cout) throw std::runtime_error("cannot write to standard output");
+        std::cout << out;
+        finish_standard_output();  // "cannot write to standard output: <the system's reason>"
         command_exit_code() = 0;
     });
 }

@@ -93,7 +93,7 @@ void add_eval_command(CLI::App& app) {
                     "Also write the translations to this file, one per --src line (default: not written)");
     add_precision_option(*cmd, opt->precision);
     cmd->callback([opt]() {
-        if (!opt->output_hyp.empty()) check_output_path(opt->output_hyp, "--output-hyp");
+        if (!opt->output_hyp.empty()) check_output_path(opt->output_hyp, "--output-hyp", {opt->src, opt->ref, opt->model_dir});
         apply_precision(opt->precision);
         const std::vector<std::string> src = read_lines(opt->src), ref = read_lines(opt->ref);
         if (src.size() != ref.size())
@@ -146,8 +146,7 @@ void add_eval_command(CLI::App& app) {
                       << format_loss(report.loss) << "  (references, teacher-forced, label smoothing "
                       << opt->label_smoothing << ", " << report.loss.tokens << " target tokens)\n";
         }
-        std::cout << std::flush;
-        if (!std::cout) throw std::runtime_error("cannot write the scores to standard output");
+        finish_standard_output();  // "cannot write to standard output: <the system's reason>"
         command_exit_code() = 0;
     });
 }

@@ -54,7 +54,7 @@ void add_ablate_command(CLI::App* heads) {
     cmd->add_option("--json", opt->json, "Also write the results to this JSON file");
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
     cmd->callback([opt]() {
-        if (!opt->json.empty()) check_output_path(opt->json, "--json");
+        if (!opt->json.empty()) check_output_path(opt->json, "--json", {opt->src, opt->ref, opt->model_dir});
         const std::vector<std::string> src = read_lines(opt->src), ref = read_lines(opt->ref);
         ModelBundle bundle = load_model_dir(opt->model_dir);
         const auto bar = terminal_progress("ablations");
@@ -81,7 +81,11 @@ void run_l0(const PruneCommandOptions& opt) {
     o.batch_tokens = opt.prune.batch_tokens;
     o.seed = opt.prune.seed;
     if (!opt.kinds.empty()) o.kinds = parse_head_kinds(opt.kinds);
-    if (!opt.json.empty()) check_output_path(opt.json, "--json");
+    if (!opt.json.empty()) {
+        std::vector<std::string> inputs = opt.models;
+        inputs.insert(inputs.end(), {opt.src, opt.ref, opt.imp_src, opt.imp_tgt});
+        check_output_path(opt.json, "--json", inputs);
+    }
     if (opt.imp_src.empty() || opt.imp_tgt.empty())
         throw std::runtime_error("heads prune: --method l0 needs --imp-src and --imp-tgt (the pairs the gates are fine-tuned on)");
     const std::vector<std::string> src = read_lines(opt.src), ref = read_lines(opt.ref);
@@ -199,7 +203,11 @@ void add_prune_command(CLI::App* heads) {
         p.study.granularity = parse_granularity(opt->granularity);
         if (!opt->kinds.empty()) p.kinds = parse_head_kinds(opt->kinds);
         p.study.batch_tokens = p.batch_tokens;
-        if (!opt->json.empty()) check_output_path(opt->json, "--json");
+        if (!opt->json.empty()) {
+            std::vector<std::string> inputs = opt->models;
+            inputs.insert(inputs.end(), {opt->src, opt->ref, opt->imp_src, opt->imp_tgt});
+            check_output_path(opt->json, "--json", inputs);
+        }
         if (p.order != PruneOrder::random && (opt->imp_src.empty() || opt->imp_tgt.empty()))
             throw std::runtime_error("heads prune: --order " + opt->order + " needs --imp-src and --imp-tgt (pairs to rank the heads on)");
         const std::vector<std::string> src = read_lines(opt->src), ref = read_lines(opt->ref);
@@ -271,7 +279,11 @@ void add_similarity_command(CLI::App* heads) {
         ->capture_default_str();
     cmd->add_option("--json", opt->json, "Also write every head-by-head matrix to this JSON file");
     cmd->callback([opt]() {
-        if (!opt->json.empty()) check_output_path(opt->json, "--json");
+        if (!opt->json.empty()) {
+            std::vector<std::string> inputs = opt->models;
+            inputs.insert(inputs.end(), {opt->src, opt->tgt});
+            check_output_path(opt->json, "--json", inputs);
+        }
         ParallelText text = read_parallel(opt->src, opt->tgt);
         if (opt->max_pairs > 0 && std::int64_t(text.source.size()) > opt->max_pairs) {
             text.source.resize(std::size_t(opt->max_pairs));
@@ -340,6 +352,9 @@ void add_heads_command(CLI::App& app) {
             if (value->empty()) throw std::runtime_error(std::string("heads: ") + flag + " is required (see tapeformer heads --help)");
         if (std::filesystem::exists(opt->out_dir) && !std::filesystem::is_directory(opt->out_dir))
             throw std::runtime_error("--out '" + opt->out_dir + "' is a file; expected a directory (it is created if missing)");
+        if (std::filesystem::is_directory(opt->out_dir))
+            for (const char* name : {"heads.json", "heads.csv"})
+                check_output_path((std::filesystem::path(opt->out_dir) / name).string(), "--out", {opt->model_dir, opt->src, opt->tgt});
         ModelBundle bundle = load_model_dir(opt->model_dir);
         Transformer& model = *bundle.model;
         if (!opt->mask.empty()) mask_heads(model, parse_head_list(opt->mask, model.config));

@@ -41,7 +41,8 @@ void add_report_command(CLI::App& app) {
         if (!opt->tgt.empty() && opt->src.empty()) throw std::runtime_error("report: --tgt needs --src (the sentences it belongs to)");
         if (!std::filesystem::is_directory(*dir)) throw std::runtime_error("report: --model '" + *dir + "' is not a directory");
         const std::string path = out->empty() ? (std::filesystem::path(*dir) / "report.html").string() : *out;
-        check_output_path(path, "--out");
+        const std::string prune = opt->prune_json.empty() ? (std::filesystem::path(*dir) / "prune.json").string() : opt->prune_json;
+        check_output_path(path, "--out", {*dir, prune, opt->src, opt->tgt});
         const std::string html = training_report_html(*dir, *opt);
         write_file_atomic(path, html);
         std::cerr << "wrote " << path << " (" << html.size() / 1024 << " KiB)\n";

@@ -60,7 +60,7 @@ void add_tape_command(CLI::App& app) {
     cmd->add_option("--layers", opt->layers, "Encoder and decoder layers of the tiny model")->check(number_above(1, false))->capture_default_str();
     cmd->add_option("--seed", opt->seed, "Seed of the tiny model's weights and of the step's dropout")->capture_default_str();
     cmd->callback([opt, cmd]() {
-        if (!opt->dot.empty()) check_output_path(opt->dot, "--dot");
+        if (!opt->dot.empty()) check_output_path(opt->dot, "--dot", {opt->model_dir});
         if (!opt->collapse.empty() && opt->dot.empty()) throw std::runtime_error("--collapse: needs --dot FILE");
         if (opt->forward_only && (opt->step_backward || opt->backward_twice))
             throw std::runtime_error("--forward-only: cannot go with --step-backward or --backward-twice");

@@ -133,15 +133,6 @@ CLI::Validator number_above(double lo, bool strict) {
         lo == 0 ? (strict ? "POSITIVE" : "NONNEGATIVE") : bound);
 }
 
-void check_output_path(const std::string& path, const std::string& flag) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) throw std::runtime_error(flag + " '" + path + "' is a directory, not a file");
-    const fs::path parent = fs::path(path).parent_path();
-    if (!parent.empty() && !fs::is_directory(parent, ec))
-        throw std::runtime_error(flag + " '" + path + "': directory '" + parent.string() + "' does not exist");
-}
-
 void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& batch_tokens) {
     cmd.add_option("--beam", options.beam, "Beam size K: hypotheses kept per sentence (1 = greedy)")
         ->check(number_above(0, true))
@@ -201,7 +192,7 @@ void add_translate_command(CLI::App& app) {
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
     add_precision_option(*cmd, opt->precision);
     cmd->callback([opt]() {
-        if (!opt->output.empty()) check_output_path(opt->output, "--output");
+        if (!opt->output.empty()) check_output_path(opt->output, "--output", {opt->input, opt->model_dir});
         apply_precision(opt->precision);
         // The model first: a wrong --model should fail at once, not after the user has typed the input.
         ModelBundle bundle = load_model_dir(opt->model_dir);

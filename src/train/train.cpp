@@ -482,6 +482,11 @@ private:
 
 }  // namespace
 
+bool is_run_file(const std::string& name) {
+    return name == kLockFile || checkpoint_step(name) >= 0 ||
+           std::find_if(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) { return name == f; }) != std::end(kRunFiles);
+}
+
 // ---- the trainer -----------------------------------------------------------------------------------------
 
 namespace {

@@ -2,6 +2,8 @@
 // config struct and calls into the library; apps/tapeformer.cpp only calls these and reports errors.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 #include "tapeformer/config.h"
 
@@ -24,9 +26,12 @@ void add_report_command(CLI::App& app);     // report: the training run as one s
 
 // A flag check: the value is a number > lo (strict) or >= lo; the error says so ("--beam: must be > 0, got 0").
 CLI::Validator number_above(double lo, bool strict);
-// Throws, naming `flag`, if `path` is a directory or its directory does not exist: refuses an output
-// file that cannot be written before hours of decoding, not after.
-void check_output_path(const std::string& path, const std::string& flag);
+// Throws, naming `flag`, if the output `path` cannot be written by io.h's rule (a directory, a block device,
+// a socket, a missing directory) or would replace one of `inputs`: a file the command reads (compared by
+// device and inode, after following links), or, for a directory among them (a model or run directory), a
+// file training wrote there (train.h: is_run_file). "-" (standard output) passes. Called before any work,
+// so that a wrong output is refused before hours of decoding, not after, and before anything is replaced.
+void check_output_path(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs = {});
 struct DecodeOptions;
 // translate's and eval's decoding flags (--beam, --length-penalty, --max-len, --max-len-ratio, ...).
 void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& batch_tokens);
@@ -47,5 +52,11 @@ void apply_precision(const std::string& precision);
 
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();
+// Keeps the reason of std::cout's first failed write, for finish_standard_output; main calls it first.
+void watch_standard_output();
+// Flushes standard output and throws std::runtime_error ("cannot write to standard output: No space left on
+// device") if anything printed there was lost: main calls it after every command, so a full disk or a
+// closed pipe (main ignores SIGPIPE, so that a write reports EPIPE) never ends with exit status 0.
+void finish_standard_output();
 
 TF_NAMESPACE_END
