@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     int threads = 0;
     app.add_option("--threads", threads, "Threads for OpenMP and OpenBLAS together (default: all cores)")
         ->check(CLI::Range(1, 1024));
-    app.parse_complete_callback([&]() { tf::set_threads(threads); });
+    app.parse_complete_callback([&]() { tf::apply_threads(threads, "--threads"); });
 
     tf::add_train_command(app);
     tf::add_gradcheck_command(app);

@@ -205,6 +205,82 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
     CHECK_THAT(out[4], Catch::StartsWith("loss = ") && Catch::Contains("| nll = ") && Catch::Contains("| ppl = "));
 }
 
+TEST_CASE("eval --batch-tokens below the longest pair scores each such pair in a batch of its own", "[cli]") {
+    CliFixture f;
+    std::string src, ref;
+    for (std::size_t i = 0; i < kSources.size(); ++i) {
+        src += kSources[i] + "\n";
+        ref += kTargets[i] + "\n";
+    }
+    write_all(f.tmp / "test.src", src);
+    write_all(f.tmp / "test.ref", ref);
+    const std::string files = " --json --model " + shell_quote(f.model) + " --src " + shell_quote(f.tmp / "test.src") +
+                              " --ref " + shell_quote(f.tmp / "test.ref");
+    const Run whole = run_cli(f.tmp, "eval" + files);
+    REQUIRE(whole.status == 0);
+    const Run alone = run_cli(f.tmp, "eval" + files + " --batch-tokens 3");  // every pair has more than 3 positions
+    INFO("stderr: " << alone.err);
+    REQUIRE(alone.status == 0);
+    CHECK(alone.err.empty());
+    const nlohmann::json a = nlohmann::json::parse(alone.out), w = nlohmann::json::parse(whole.out);
+    CHECK(a["nll"].get<double>() == Approx(w["nll"].get<double>()).epsilon(1e-4));
+    CHECK(a["loss"].get<double>() == Approx(w["loss"].get<double>()).epsilon(1e-4));
+}
+
+TEST_CASE("train --resume with a --max-steps past a cosine run's end is refused instead of training at lr 0", "[cli]") {
+    TempDir tmp;
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    const std::string out = tmp / "run";
+    const std::string args = "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                             " --tokenizer word --vocab-size 0 --d-model 8 --heads 2 --ffn 16 --layers 1 --batch-tokens 400"
+                             " --max-len 40 --schedule cosine --lr 0.001 --warmup 1 --checkpoint-every 2 --out " + shell_quote(out);
+    const Run first = run_cli(tmp, args + " --max-steps 2");
+    INFO("stderr: " << first.err);
+    REQUIRE(first.status == 0);
+    const Run longer = run_cli(tmp, "train --resume --max-steps 6 --out " + shell_quote(out));
+    check_one_line_error(longer, "--resume --max-steps 6: the run's --schedule cosine reaches --min-lr 0 at --total-steps 2");
+    CHECK_THAT(longer.err, Catch::Contains("steps 3 to 6 would train at learning rate 0"));
+}
+
+TEST_CASE("--threads above what OpenBLAS runs is refused with the limit, not silently lowered", "[cli]") {
+    CliFixture f;
+    const std::string command = shell_quote(TF_CLI) + " --threads 1000 translate --model " + shell_quote(f.model) +
+                                " </dev/null >/dev/null 2>" + shell_quote(f.tmp / "threads.err");
+    const int raw = std::system(command.c_str());
+    const std::string err = read_all(f.tmp / "threads.err");
+    INFO("stderr: " << err);
+    // A build whose OpenBLAS runs 1000 threads would accept it: then there is nothing to refuse.
+    if (raw != -1 && WIFEXITED(raw) && WEXITSTATUS(raw) == 0) SUCCEED("this OpenBLAS runs 1000 threads");
+    else CHECK_THAT(err, Catch::StartsWith("tapeformer: error: --threads 1000: this build's OpenBLAS runs at most "));
+    CHECK(std::count(err.begin(), err.end(), '\n') <= 1);
+}
+
+TEST_CASE("a flag a subcommand does not have is named, not its value as an unknown subcommand", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model);
+    check_one_line_error(run_cli(f.tmp, "heads" + model + " --precision bf16 --src a --tgt b --out c"),
+                         "unknown option '--precision' of `tapeformer heads`; see tapeformer heads --help");
+    // A flag of the level above still takes its value there (the global --threads after `heads`).
+    const std::string command = shell_quote(TF_CLI) + " heads --threads 1 --help >/dev/null 2>&1";
+    const int raw = std::system(command.c_str());
+    CHECK((raw != -1 && WIFEXITED(raw) && WEXITSTATUS(raw) == 0));
+}
+
+TEST_CASE("explain --layer -1 and --head -1 are refused, not read as every layer and head", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model);
+    check_one_line_error(run_cli(f.tmp, "explain" + model + " --layer -1 \"a dog\""), "--layer: must be >= 0, got -1");
+    check_one_line_error(run_cli(f.tmp, "explain" + model + " --head -1 \"a dog\""), "--head: must be >= 0, got -1");
+}
+
+TEST_CASE("data toy refuses more pairs than it can hold, before allocating them", "[cli]") {
+    TempDir tmp;
+    const std::string out = " --out " + shell_quote(tmp / "toy");
+    check_one_line_error(run_cli(tmp, "data toy --train 2000000000" + out), "--train");
+    check_one_line_error(run_cli(tmp, "data toy --train 4000000 --valid 4000000" + out), "more than the 5000000");
+    CHECK(!fs::exists(tmp / "toy"));
+}
+
 TEST_CASE("data toy writes the six files of data/toy byte for byte", "[cli]") {
     TempDir tmp;
     const Run r = run_cli(tmp, "data toy --out " + shell_quote(tmp / "toy"));
@@ -634,12 +710,12 @@ TEST_CASE("translate streams its input in pieces: memory does not grow with the 
         CHECK(split_lines(all.out).size() == 4500);
         CHECK(all.out == pieces);
     }
-    SECTION("from a pipe, the first piece's translations are written while the input is still open") {
+    SECTION("from a pipe, the translations of what has arrived are written while the input is still open") {
         Child c = start_cli("translate" + model, f.tmp / "err.txt");
         const std::string first = numbered_sentences(0, 2001);  // one piece, and a line of the next
         REQUIRE(::write(c.in, first.data(), first.size()) == static_cast<ssize_t>(first.size()));
-        const std::string got = read_lines_from(c.out, 2000, 120);
-        CHECK(std::count(got.begin(), got.end(), '\n') == 2000);  // stdin is not closed yet
+        const std::string got = read_lines_from(c.out, 2001, 120);
+        CHECK(std::count(got.begin(), got.end(), '\n') == 2001);  // stdin is not closed yet
         ::close(c.in);
         const std::string rest = read_lines_from(c.out, 1, 120);
         ::close(c.out);
@@ -647,7 +723,7 @@ TEST_CASE("translate streams its input in pieces: memory does not grow with the 
         ::waitpid(c.pid, &status, 0);
         CHECK(WIFEXITED(status));
         CHECK(WEXITSTATUS(status) == 0);
-        CHECK(std::count(rest.begin(), rest.end(), '\n') == 1);
+        CHECK(rest.empty());
     }
     SECTION("invalid UTF-8 after the first piece: one line naming the line, --output left as it was") {
         write_all(f.tmp / "bad.txt", numbered_sentences(0, 2499) + "a \xC3\x28 dog\n" + numbered_sentences(0, 10));
@@ -680,6 +756,77 @@ TEST_CASE("translate streams its input in pieces: memory does not grow with the 
         CHECK(read_all(f.existing) == "keep me\n");
         for (const auto& entry : fs::directory_iterator(f.tmp.path))
             CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+        const std::string err = read_all(f.tmp / "err.txt");
+        CHECK_THAT(err, Catch::Contains("interrupted by SIGINT after translating"));
+        CHECK_THAT(err, Catch::Contains("left as it was"));
+    }
+}
+
+TEST_CASE("translate answers a line-at-a-time client: each line's translation comes back before the next is sent",
+          "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model);
+    // The answers a whole-input run gives, line for line.
+    const std::string input = numbered_sentences(0, 5);
+    const Run all = run_cli(f.tmp, "translate" + model, input);
+    REQUIRE(all.status == 0);
+    const std::vector<std::string> expected = split_lines(all.out), sent = split_lines(input);
+    REQUIRE(expected.size() == 5);
+
+    Child c = start_cli("translate" + model, f.tmp / "err.txt");
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+        const std::string line = sent[i] + "\n";
+        REQUIRE(::write(c.in, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+        // Bounded wait: a translate that holds the line back fails here instead of hanging the test.
+        CHECK(read_lines_from(c.out, 1, 120) == expected[i] + "\n");
+    }
+    ::close(c.in);
+    CHECK(read_lines_from(c.out, 1, 120).empty());
+    ::close(c.out);
+    int status = 0;
+    ::waitpid(c.pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("translate on SIGINT or SIGTERM writes the translations it has finished and says how many", "[cli]") {
+    CliFixture f;
+    const std::string model = " --model " + shell_quote(f.model);
+    SECTION("waiting for input: the answers already given stand, and the message counts them") {
+        for (int sig : {SIGINT, SIGTERM}) {
+            Child c = start_cli("translate" + model, f.tmp / "err.txt");
+            const std::string lines = numbered_sentences(0, 3);
+            REQUIRE(::write(c.in, lines.data(), lines.size()) == static_cast<ssize_t>(lines.size()));
+            const std::string got = read_lines_from(c.out, 3, 120);
+            CHECK(std::count(got.begin(), got.end(), '\n') == 3);
+            ::kill(c.pid, sig);  // translate is now blocked reading stdin, which stays open
+            int status = 0;
+            ::waitpid(c.pid, &status, 0);
+            ::close(c.in);
+            ::close(c.out);
+            CHECK(WIFSIGNALED(status));
+            CHECK(WTERMSIG(status) == sig);
+            const std::string err = read_all(f.tmp / "err.txt");
+            CHECK(err == std::string("tapeformer: interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                             ": wrote the translations of the first 3 input lines; the rest were not translated\n");
+        }
+    }
+    SECTION("while translating a long file: the lines written are the lines the message counts") {
+        write_all(f.tmp / "long.txt", numbered_sentences(0, 200000));
+        Child c = start_cli("translate" + model + " --input " + shell_quote(f.tmp / "long.txt"), f.tmp / "err.txt");
+        ::close(c.in);
+        std::string got = read_lines_from(c.out, 1, 120);  // the first piece is out: translation is under way
+        REQUIRE(!got.empty());
+        ::kill(c.pid, SIGINT);
+        for (std::string more; !(more = read_lines_from(c.out, 1, 120)).empty();) got += more;
+        ::close(c.out);
+        int status = 0;
+        ::waitpid(c.pid, &status, 0);
+        CHECK(WIFSIGNALED(status));
+        const std::size_t written = split_lines(got).size();
+        CHECK(written < 200000);
+        CHECK(read_all(f.tmp / "err.txt") == "tapeformer: interrupted by SIGINT: wrote the translations of the first " +
+                                                 std::to_string(written) + " input lines; the rest were not translated\n");
     }
 }
 

@@ -190,6 +190,50 @@ TEST_CASE("report: sections without data stay and say what is missing, bad input
     CHECK(split_lines(err).size() == 1);
 }
 
+TEST_CASE("report names each metrics.jsonl line it leaves out (file:line and what is wrong) and a metrics.jsonl that "
+          "is a directory", "[report]") {
+    TempDir tmp("report_lines");
+    const std::string dir = tmp / "run";
+    fs::create_directories(dir);
+    const std::string good = "{\"type\":\"train\",\"step\":10,\"loss\":3.0,\"nll\":2.9,\"ppl\":18.2,\"lr\":0.001}\n";
+    write_all(dir + "/metrics.jsonl",
+              good +                                                                  // line 1: kept
+              "{\"type\":\"train\",\"step\":20,\"loss\":null,\"nll\":1.9,\"lr\":0.002}\n"   // 2: NaN written as null
+              "{\"type\":\"train\",\"step\":\"30\",\"loss\":2.0,\"nll\":1.9,\"lr\":0.002}\n"  // 3: step as text
+              "{\"type\":\"train\",\"step\":40,\"loss\":\"2.0\",\"nll\":1.9}\n"              // 4: loss as text
+              "{\"type\":\"tarin\",\"step\":50,\"loss\":2.0}\n"                                 // 5: unknown type
+              "[1, 2]\n"                                                                        // 6: not an object
+              "{\"type\":\"train\",\"step\":60,\"lo");                                      // 7: cut short
+    const std::string path = dir + "/metrics.jsonl";
+    std::vector<std::string> problems;
+    const std::string html = tf::training_report_html(dir, {}, &problems);
+    const std::vector<std::string> expected = {
+        path + ":2: \"loss\" is null (NaN or infinite when it was written); line left out",
+        path + ":3: \"step\" is \"30\", expected a non-negative integer; line left out",
+        path + ":4: \"loss\" is string \"2.0\", expected a number; line left out",
+        path + ":5: unknown type \"tarin\" (expected \"train\" or \"valid\"); line left out",
+        path + ":6: not a JSON object; line left out",
+        path + ":7: not valid JSON (a line cut short?); line left out"};
+    CHECK(problems == expected);
+    for (const std::string& p : expected) CHECK(html.find(tf::xml_escape(p)) != std::string::npos);
+    CHECK(count(html, "<section id=\"loss\" data-state=\"drawn\"") == 1);  // line 1 is still drawn
+
+    // The command prints them as notes and still writes the page.
+    std::string err;
+    CHECK(run_cli(tmp, "report --model " + shell_quote(dir), &err) == 0);
+    CHECK_THAT(err, Catch::Contains("tapeformer: note: " + expected[0]));
+    CHECK_THAT(err, Catch::Contains("and 1 more lines left out"));
+
+    // A directory named metrics.jsonl is named as such, not read as a log without training lines.
+    fs::remove(path);
+    fs::create_directories(path);
+    problems.clear();
+    const std::string dir_html = tf::training_report_html(dir, {}, &problems);
+    CHECK(problems == std::vector<std::string>{path + " is a directory, not a file"});
+    CHECK(dir_html.find("has no training lines") == std::string::npos);
+    CHECK(dir_html.find(tf::xml_escape(path + " is a directory, not a file")) != std::string::npos);
+}
+
 // ---- in a browser ----------------------------------------------------------------------------------------
 
 namespace {

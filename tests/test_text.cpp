@@ -79,6 +79,20 @@ TEST_CASE("read_lines keeps empty lines so output can be written line for line",
     CHECK(tf::read_lines(write_file(dir, "empty.txt", "")).empty());
 }
 
+TEST_CASE("CR-only line endings are refused with the line and column, not read as one line", "[text]") {
+    TempDir dir;
+    std::string lines;
+    for (int i = 0; i < 20; ++i) lines += "sentence " + std::to_string(i) + "\r";
+    const std::string path = write_file(dir, "mac.txt", lines);
+    CHECK_THAT(error_of([&] { tf::read_lines(path); }),
+               Catch::Contains(path + ":1: a carriage return (\\r) inside the line at column 11") &&
+                   Catch::Contains("tr '\\r' '\\n'"));
+    const std::string ok = write_file(dir, "other.txt", std::string(20, '\n'));
+    CHECK_THAT(error_of([&] { tf::read_parallel(ok, path); }), Catch::Contains(path + ":1: a carriage return"));
+    // \r\n endings and a trailing \r stay accepted.
+    CHECK(tf::read_lines(write_file(dir, "dos.txt", "a b\r\nc\r\n  d \r")) == std::vector<std::string>{"a b", "c", "d"});
+}
+
 TEST_CASE("find_invalid_utf8 accepts well-formed UTF-8 and points at the first bad byte", "[text]") {
     const auto npos = std::string_view::npos;
     CHECK(tf::find_invalid_utf8("plain ascii") == npos);

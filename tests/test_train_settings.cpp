@@ -89,6 +89,75 @@ TEST_CASE("train settings: every setting survives config.toml, run.json and the 
     }
 }
 
+TEST_CASE("train settings: --config refuses a key set at top level and again under [train], naming both lines",
+          "[train][settings]") {
+    TempDir tmp("settings_twice");
+    tf::TrainArguments args;
+    args.config_file = write_file(tmp, "twice.toml", "lr = 0.001\nd-model = 32\n[train]\nheads = 2\nlr = 0.002\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args),
+                      Contains("twice.toml:5: lr: set again; ") && Contains("twice.toml:1: lr already sets it"));
+}
+
+TEST_CASE("train settings: --config refuses a NUL (\\u0000) in a string, which would cut a path short",
+          "[train][settings]") {
+    TempDir tmp("settings_nul");
+    tf::TrainArguments args;
+    args.config_file = write_file(tmp, "nul.toml", "d-model = 32\ntrain-src = \"data/a.src\\u0000.bak\"\n");
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("nul.toml:2: train-src") && Contains("NUL"));
+}
+
+TEST_CASE("train settings: config.toml escapes every character of a path (newline, quote, backslash, control) and "
+          "--config reads it back", "[train][settings]") {
+    TempDir tmp("settings_escape");
+    tf::TrainConfig c;
+    c.data.train_src = "data/two\nlines \"quoted\" back\\slash\ttab\r\x1b\x7f\u00e9.src";
+    c.data.train_tgt = u8"données/'b'.tgt";
+    const std::string text = tf::to_toml(c);
+    CHECK(text.find("train-src = \"data/two\\nlines \\\"quoted\\\" back\\\\slash\\ttab\\r\\u001B\\u007F\u00e9.src\"\n") !=
+          std::string::npos);
+    tf::TrainArguments args;
+    args.config_file = write_file(tmp, "config.toml", text);
+    const tf::TrainConfig back = tf::resolve_train_config(args).config;
+    CHECK(back.data.train_src == c.data.train_src);
+    CHECK(back.data.train_tgt == c.data.train_tgt);
+    CHECK(tf::to_toml(back) == text);
+}
+
+TEST_CASE("train settings: a cosine run continued through its config.toml with a larger --max-steps is refused, not "
+          "trained at lr 0", "[train][settings]") {
+    TempDir tmp("settings_cosine_past");
+    tf::TrainConfig run;
+    run.optim.schedule.kind = tf::ScheduleKind::Cosine;
+    run.optim.schedule.lr = 5e-4;
+    run.optim.schedule.warmup = 10;
+    run.max_steps = 100;
+    run.optim.schedule.total_steps = 100;  // as resolve_train_config filled it from --max-steps
+    tf::TrainArguments args;
+    args.config_file = write_file(tmp, "config.toml", tf::to_toml(run));
+    CHECK(tf::resolve_train_config(args).config.optim.schedule.total_steps == 100);
+    args.flags = {{"max-steps", "300"}};
+    CHECK_THROWS_WITH(tf::resolve_train_config(args),
+                      Contains("--max-steps 300 runs past the end of the schedule") && Contains("--total-steps 100") &&
+                          Contains("steps 101 to 300 would train at learning rate 0") && Contains("--total-steps 300"));
+    args.flags = {{"max-steps", "300"}, {"total-steps", "300"}};
+    CHECK(tf::resolve_train_config(args).config.optim.schedule.total_steps == 300);
+    args.flags = {{"max-steps", "300"}, {"min-lr", "1e-5"}};  // past the end it trains at the floor: allowed
+    CHECK(tf::resolve_train_config(args).config.max_steps == 300);
+    run.max_steps = 300;
+    CHECK_THROWS_WITH(tf::check_schedule_covers_run(run, true), Contains("--resume --max-steps 300") &&
+                                                                    Contains("keeps its schedule"));
+}
+
+TEST_CASE("train settings: cosine with only --time-budget asks for --max-steps or --total-steps", "[train][settings]") {
+    tf::TrainArguments args;
+    args.flags = {{"schedule", "cosine"}, {"time-budget", "5"}};
+    CHECK_THROWS_WITH(tf::resolve_train_config(args),
+                      Contains("--schedule cosine decays over --total-steps") && Contains("give --max-steps or --total-steps") &&
+                          !Contains("must be greater than warmup"));
+    args.flags = {{"schedule", "linear"}, {"time-budget", "5"}, {"total-steps", "1000"}, {"warmup", "10"}};
+    CHECK(tf::resolve_train_config(args).config.optim.schedule.total_steps == 1000);
+}
+
 TEST_CASE("train settings: a run.json of an older version (model values as text, newer keys absent) is read",
           "[train][settings]") {
     const tf::TrainConfig changed = everything_changed();

@@ -100,3 +100,16 @@ TEST_CASE("vocab.txt round trip, and readable errors for malformed files", "[voc
     CHECK_THAT(message((dir.path / "missing.txt").string()),
                Catch::Contains("missing.txt") && Catch::Contains("No such file"));
 }
+
+TEST_CASE("a vocab.txt that is a directory is named as a directory, not an I/O error", "[vocab]") {
+    TempDir dir;
+    const std::string path = (dir.path / "vocab.txt").string();
+    fs::create_directories(path);
+    std::string message = "(no exception)";
+    try {
+        tf::Vocab::load(path);
+    } catch (const std::exception& e) {
+        message = e.what();
+    }
+    CHECK(message == "cannot read '" + path + "': Is a directory");
+}

@@ -2,6 +2,7 @@
 // and measure the teacher-forced loss of reference translations.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,19 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
                                          std::int64_t batch_tokens = 4096, const ProgressFn& progress = nullptr,
                                          std::int64_t* truncated = nullptr);
 
+// translate_lines that can be stopped between batches (Ctrl-C in `tapeformer translate`): `stop` is asked
+// before each batch, and once it answers true no further batch is decoded. Line i's translation, or nullopt
+// for a line left untranslated (batches go by length, so those need not be the last lines).
+std::vector<std::optional<std::string>> translate_lines_until(Transformer& model, const TokenizerPair& tokenizers,
+                                                              const std::vector<std::string>& lines,
+                                                              const DecodeOptions& options, std::int64_t batch_tokens,
+                                                              const ProgressFn& progress,
+                                                              const std::function<bool()>& stop,
+                                                              std::int64_t* truncated = nullptr);
+
 // Mean label-smoothed loss, NLL and perplexity over all non-pad target tokens (dropout off). Throws
-// std::invalid_argument when there is no target token (the mean of nothing is not a loss). `progress` is
+// std::invalid_argument when there is no target token (the mean of nothing is not a loss). A pair longer than
+// batch_tokens is a batch of its own, as in translate_lines. `progress` is
 // called after each batch with (examples done, total); what it throws ends the computation.
 LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& examples, std::int64_t batch_tokens,
                                double label_smoothing, const ProgressFn& progress = nullptr);

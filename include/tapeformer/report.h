@@ -30,7 +30,10 @@ const std::vector<ReportSection>& report_sections();
 // The page for the model directory `dir` (what `tapeformer train` wrote). Reads run.json, metrics.jsonl,
 // heads.jsonl, the pruning JSON and the model, whichever exist. Throws std::runtime_error naming the path
 // when `dir` is not a directory or holds none of run.json, metrics.jsonl and model.safetensors, or when a
-// file given in `options` cannot be read.
-std::string training_report_html(const std::string& dir, const ReportOptions& options = {});
+// file given in `options` cannot be read. Lines of metrics.jsonl and heads.jsonl that cannot be drawn (not
+// JSON, a NaN or a value of the wrong type) are left out and named in the page and, when `problems` is
+// given, there too: "PATH:LINE: what is wrong; line left out" (or "PATH is a directory, not a file").
+std::string training_report_html(const std::string& dir, const ReportOptions& options = {},
+                                 std::vector<std::string>* problems = nullptr);
 
 TF_NAMESPACE_END

@@ -50,6 +50,11 @@ struct ResolvedTrainConfig {
 // value on bad input; does not check how settings fit together (TrainConfig::validate does).
 ResolvedTrainConfig resolve_train_config(const TrainArguments& args);
 
+// Throws std::invalid_argument when a cosine or linear schedule decaying to --min-lr 0 ends before the run's
+// --max-steps: every step past --total-steps would train at learning rate 0 (config.toml continued with a
+// larger --max-steps, or a --resume that raises it). `resumed`: the run keeps its schedule, say so.
+void check_schedule_covers_run(const TrainConfig& c, bool resumed);
+
 // DIR/config.toml: every named setting with its value, so `train --config DIR/config.toml` repeats the run.
 std::string to_toml(const TrainConfig& c);
 

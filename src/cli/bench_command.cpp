@@ -53,7 +53,7 @@ void add_bench_command(CLI::App& app) {
     add_precision_option(*train, *precision);
     train->add_flag("--bf16", *bf16, "Same as --precision bf16 (torch_ref.py's flag, so that compare.sh can pass it to both)");
     train->callback([o, threads, precision, bf16]() {
-        if (*threads > 0) set_threads(*threads);  // after the global --threads (parse_complete_callback)
+        if (*threads > 0) apply_threads(*threads, "--threads");  // after the global --threads (parse_complete_callback)
         o->precision = *bf16 ? Precision::BF16 : parse_precision(*precision);
         const BenchTrainResult result = bench_train(*o, &std::cout);
         std::cout << result.to_json() << std::endl;

@@ -27,6 +27,14 @@ CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision) {
         ->capture_default_str();
 }
 
+void apply_threads(int n, const std::string& flag) {
+    set_threads(n);
+    if (n > num_threads())
+        throw std::invalid_argument(flag + " " + std::to_string(n) + ": this build's OpenBLAS runs at most " +
+                                    std::to_string(num_threads()) + " threads; give " + flag + " " +
+                                    std::to_string(num_threads()) + " or fewer");
+}
+
 void apply_precision(const std::string& precision) {
     const std::string note = set_precision(parse_precision(precision));
     if (!note.empty()) std::cerr << "tapeformer: note: " << note << "\n";
@@ -196,14 +204,23 @@ void check_integer_flags(CLI::App& app) {
 
 void check_subcommand_name(const CLI::App& app, int argc, const char* const* argv) {
     const CLI::App* level = &app;
+    const auto where_is = [](const CLI::App* at) {
+        std::string where = "tapeformer";
+        for (const CLI::App* p = at; p->get_parent(); p = p->get_parent()) where = "tapeformer " + p->get_name();
+        return where;
+    };
+    std::string unknown_flag;  // the last word was a flag no level up to here has: its value follows
     for (int i = 1; i < argc; ++i) {
         const std::string word = argv[i];
         if (word == "--") return;
         if (word.empty() || word[0] == '-') {
-            // A flag of this level that takes a value (--threads 2) consumes the next word.
+            // A flag of this level or one above it (CLI11 falls through to the parents) that takes a value
+            // (--threads 2) consumes the next word.
             const std::string name = word.substr(0, word.find('='));
-            const CLI::Option* option = word.find('=') == std::string::npos ? level->get_option_no_throw(name) : nullptr;
-            if (option && option->get_expected_min() > 0) ++i;  // a flag (--raw) expects none
+            const CLI::Option* option = nullptr;
+            for (const CLI::App* at = level; at && !option; at = at->get_parent()) option = at->get_option_no_throw(name);
+            unknown_flag = option || word == "-" ? "" : name;
+            if (option && option->get_expected_min() > 0 && word.find('=') == std::string::npos) ++i;  // a flag (--raw) expects none
             continue;
         }
         const auto subcommands = level->get_subcommands([](const CLI::App*) { return true; });
@@ -216,9 +233,11 @@ void check_subcommand_name(const CLI::App& app, int argc, const char* const* arg
             const std::size_t d = edit_distance(word, sub->get_name());
             if (d < best) best = d, closest = sub->get_name();
         }
+        if (!found && !unknown_flag.empty())  // `heads --precision bf16`: the flag is what is wrong, not "bf16"
+            throw std::invalid_argument("unknown option '" + unknown_flag + "' of `" + where_is(level) + "`; see " +
+                                        where_is(level) + " --help");
         if (!found) {
-            std::string where = "tapeformer";
-            for (const CLI::App* p = level; p->get_parent(); p = p->get_parent()) where = "tapeformer " + p->get_name();
+            const std::string where = where_is(level);
             throw std::invalid_argument("unknown subcommand '" + word + "' of `" + where + "`" +
                                         (best <= 2 ? " (did you mean '" + closest + "'?)" : std::string()) +
                                         "; see " + where + " --help");

@@ -82,13 +82,13 @@ void add_data_command(CLI::App& app) {
     toy->add_option("--seed", opt->seed, "Seed of the generator: same seed, same files on any machine")
         ->capture_default_str();
     toy->add_option("--train", opt->train, "Sentence pairs in train.{src,tgt}")
-        ->check(number_above(0, false))
+        ->check(number_above(0, false) & CLI::Range(std::int64_t(0), kMaxToyPairs))
         ->capture_default_str();
     toy->add_option("--valid", opt->valid, "Sentence pairs in valid.{src,tgt}")
-        ->check(number_above(0, false))
+        ->check(number_above(0, false) & CLI::Range(std::int64_t(0), kMaxToyPairs))
         ->capture_default_str();
     toy->add_option("--test", opt->test, "Sentence pairs in test.{src,tgt}")
-        ->check(number_above(0, false))
+        ->check(number_above(0, false) & CLI::Range(std::int64_t(0), kMaxToyPairs))
         ->capture_default_str();
     toy->callback([opt, out_dir, force]() {
         check_dataset_dir(*out_dir, *force);

@@ -63,8 +63,10 @@ void add_explain_command(CLI::App& app) {
     cmd->add_option("--tgt", opt->tgt,
                     "The target sentence the decoder is fed (default: the model's greedy translation; with --init the\n"
                     "sentence itself)");
-    cmd->add_option("--layer", opt->view.layer, "Only this layer's stages (0-based; encoder and decoder; with --stage, stages matching both)");
-    cmd->add_option("--head", opt->view.head, "Only this head in per-head stages (0-based)");
+    // -1 is ExplainView's "every layer / head", what leaving the flag out means: not a value to type.
+    cmd->add_option("--layer", opt->view.layer, "Only this layer's stages (0-based; encoder and decoder; with --stage, stages matching both)")
+        ->check(number_above(0, false));
+    cmd->add_option("--head", opt->view.head, "Only this head in per-head stages (0-based)")->check(number_above(0, false));
     cmd->add_option("--stage", opt->view.stages,
                     "Only these stages, comma-separated: text, tokens, ids, embed, scale, positional, norm, qkv, q_proj,\n"
                     "kv_proj, q, k, v, scores, mask, softmax, context, gate, merge, out_proj, add_norm, residual,\n"

@@ -43,7 +43,12 @@ void add_report_command(CLI::App& app) {
         const std::string path = out->empty() ? (std::filesystem::path(*dir) / "report.html").string() : *out;
         const std::string prune = opt->prune_json.empty() ? (std::filesystem::path(*dir) / "prune.json").string() : opt->prune_json;
         check_output_path(path, "--out", {*dir, prune, opt->src, opt->tgt});
-        const std::string html = training_report_html(*dir, *opt);
+        std::vector<std::string> problems;
+        const std::string html = training_report_html(*dir, *opt, &problems);
+        constexpr std::size_t kShown = 5;  // the rest are in the page
+        for (std::size_t i = 0; i < problems.size() && i < kShown; ++i) std::cerr << "tapeformer: note: " << problems[i] << "\n";
+        if (problems.size() > kShown)
+            std::cerr << "tapeformer: note: and " << problems.size() - kShown << " more lines left out (listed in the page)\n";
         write_file_atomic(path, html);
         std::cerr << "wrote " << path << " (" << html.size() / 1024 << " KiB)\n";
         command_exit_code() = 0;

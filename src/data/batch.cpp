@@ -137,7 +137,7 @@ Batcher::Batcher(std::vector<Example> examples, const BatcherOptions& options)
         throw std::invalid_argument("batch_tokens must be positive, got " + std::to_string(options_.batch_tokens));
     for (std::size_t i = 0; i < examples_.size(); ++i) {
         std::int64_t need = std::max(src_positions(examples_[i]), tgt_positions(examples_[i]));
-        if (need > options_.batch_tokens)
+        if (need > options_.batch_tokens && !options_.oversize_alone)
             throw std::invalid_argument(
                 "example " + std::to_string(i) + " has " + std::to_string(examples_[i].src.size()) + " source and " +
                 std::to_string(examples_[i].tgt.size()) + " target tokens and needs " + std::to_string(need) +

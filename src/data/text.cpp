@@ -46,7 +46,15 @@ bool LineReader::next(std::string& line) {
         throw std::runtime_error(name_ + ":" + std::to_string(lines_ + 1) + ": invalid UTF-8 (byte " + hex +
                                  " at column " + std::to_string(bad + 1) + ")");
     }
-    line = trim(view);
+    view = trim(view);
+    // A carriage return left inside the line: the file ends its lines with a lone \r (classic Mac OS), and
+    // the whole file would read as one line. Refused rather than read as one sentence.
+    const std::size_t cr = view.find('\r');
+    if (cr != std::string_view::npos)
+        throw std::runtime_error(name_ + ":" + std::to_string(lines_ + 1) + ": a carriage return (\\r) inside the line at " +
+                                 "column " + std::to_string(view.data() - raw_.data() + cr + 1) + ": lines must end with \\n or \\r\\n, not \\r alone "
+                                 "(convert with: tr '\\r' '\\n')");
+    line = view;
     ++lines_;
     return true;
 }

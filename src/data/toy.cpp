@@ -695,6 +695,10 @@ ToyCorpus generate_toy_corpus(const ToyCorpusOptions& opt) {
     if (opt.min_words < 3 || opt.min_words > opt.max_words)
         throw std::invalid_argument("toy corpus: need 3 <= min_words <= max_words, got min_words=" +
                                     std::to_string(opt.min_words) + " max_words=" + std::to_string(opt.max_words));
+    if (std::int64_t(opt.train) + opt.valid + opt.test > kMaxToyPairs)
+        throw std::invalid_argument("toy corpus: " + std::to_string(opt.train) + " train + " + std::to_string(opt.valid) +
+                                    " valid + " + std::to_string(opt.test) + " test pairs is more than the " +
+                                    std::to_string(kMaxToyPairs) + " one corpus may hold (all are kept in memory)");
     ToyRng rng(opt.seed);
     std::set<std::string> seen;  // every source line of all splits: keeps the splits disjoint
     ToyCorpus corpus;

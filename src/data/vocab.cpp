@@ -1,6 +1,7 @@
 // Vocabulary: count words, sort by (count desc, word asc), keep the head; save and load as one piece per line.
 #include "tapeformer/data/vocab.h"
 
+#include "tapeformer/data/text.h"
 #include "tapeformer/io.h"
 
 #include <algorithm>
@@ -89,10 +90,7 @@ void Vocab::save(const std::string& path) const {
 }
 
 Vocab Vocab::load(const std::string& path) {
-    errno = 0;
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw std::runtime_error("cannot read '" + path + "': " + (errno ? std::strerror(errno) : "cannot open file"));
+    std::ifstream in = open_text_file(path);  // a directory is named as one, not read as an I/O error
     Vocab vocab;
     std::string line;
     std::int32_t line_no = 0;

@@ -10,10 +10,12 @@
 
 TF_NAMESPACE_BEGIN
 
-std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair& tokenizers,
-                                         const std::vector<std::string>& lines, const DecodeOptions& options,
-                                         std::int64_t batch_tokens, const ProgressFn& progress,
-                                         std::int64_t* truncated) {
+std::vector<std::optional<std::string>> translate_lines_until(Transformer& model, const TokenizerPair& tokenizers,
+                                                              const std::vector<std::string>& lines,
+                                                              const DecodeOptions& options, std::int64_t batch_tokens,
+                                                              const ProgressFn& progress,
+                                                              const std::function<bool()>& stop,
+                                                              std::int64_t* truncated) {
     NoGradGuard no_grad;
     // The source plus EOS must fit the positional table.
     const std::size_t max_tokens = static_cast<std::size_t>(model.config.max_len - 1);
@@ -35,10 +37,11 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
                                     " hypotheses per sentence, each counted against --batch-tokens " +
                                     std::to_string(batch_tokens) + ": raise --batch-tokens to at least " +
                                     std::to_string(beams) + " (better " + std::to_string(beams * 64) + ") or lower --beam");
-    std::vector<std::string> out(lines.size());
+    std::vector<std::optional<std::string>> out(lines.size());
     std::int64_t done = 0;
     const FrozenWeights frozen(model);
     for (const Batch& batch : inference_batches(sources, batch_tokens / beams)) {
+        if (stop && stop()) break;
         const auto outputs = translate_batch(model, batch.src, batch.B, batch.S, options);
         for (std::int64_t b = 0; b < batch.B; ++b) {
             const std::int64_t i = batch.index[b];
@@ -50,12 +53,24 @@ std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair
     return out;
 }
 
+std::vector<std::string> translate_lines(Transformer& model, const TokenizerPair& tokenizers,
+                                         const std::vector<std::string>& lines, const DecodeOptions& options,
+                                         std::int64_t batch_tokens, const ProgressFn& progress,
+                                         std::int64_t* truncated) {
+    std::vector<std::string> out;
+    out.reserve(lines.size());
+    for (auto& line : translate_lines_until(model, tokenizers, lines, options, batch_tokens, progress, nullptr, truncated))
+        out.push_back(std::move(*line));
+    return out;
+}
+
 LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& examples, std::int64_t batch_tokens,
                                double label_smoothing, const ProgressFn& progress) {
     NoGradGuard no_grad;
     BatcherOptions options;
     options.batch_tokens = batch_tokens;
     options.shuffle = false;
+    options.oversize_alone = true;  // --batch-tokens below the longest pair: that pair is scored alone
     Batcher batcher(examples, options);
     double loss_sum = 0, nll_sum = 0;
     std::int64_t tokens = 0, done = 0;

@@ -60,18 +60,74 @@ std::string num(double v, const char* f = "%.4g") {
     return buf;
 }
 
-// Every line of a JSON-lines file that parses (a line cut short by a crash is skipped); none if absent.
-std::vector<json> read_jsonl(const std::string& path) {
-    std::vector<json> out;
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);) {
-        try {
-            json j = json::parse(line);
-            if (j.is_object()) out.push_back(std::move(j));
-        } catch (const json::exception&) {
-        }
+// What a JSON-lines file holds: the lines kept, and "PATH:LINE: what is wrong" for each line left out.
+struct JsonLines {
+    std::vector<json> lines;
+    std::vector<std::string> problems;
+};
+
+// Every object line of a JSON-lines file that `check` finds nothing wrong with ("" = fine); none if the file
+// is absent. A line that is not JSON (cut short by a crash), not an object or that `check` faults is named
+// in `problems`, as is a path that is a directory or cannot be opened.
+JsonLines read_jsonl(const std::string& path, const std::function<std::string(const json&)>& check) {
+    JsonLines out;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return out;
+    if (fs::is_directory(path, ec)) {
+        out.problems.push_back(path + " is a directory, not a file");
+        return out;
     }
+    std::ifstream in(path);
+    if (!in) {
+        out.problems.push_back(path + " cannot be opened");
+        return out;
+    }
+    std::int64_t number = 0;
+    for (std::string line; std::getline(in, line);) {
+        ++number;
+        if (trim(line).empty()) continue;
+        std::string wrong;
+        json j;
+        try {
+            j = json::parse(line);
+            wrong = j.is_object() ? check(j) : "not a JSON object";
+        } catch (const json::exception&) {
+            wrong = "not valid JSON (a line cut short?)";
+        }
+        if (wrong.empty()) out.lines.push_back(std::move(j));
+        else out.problems.push_back(path + ":" + std::to_string(number) + ": " + wrong + "; line left out");
+    }
+    if (in.bad()) out.problems.push_back(path + ": read error after line " + std::to_string(number));
     return out;
+}
+
+// What is wrong with a metrics.jsonl line ("" = nothing): "type" is "train" or "valid", "step" a
+// non-negative integer, each number the sections draw a finite number, layer_grad_norms a list of
+// [layer name, norm] pairs. JSON has no NaN: a NaN or infinite loss was written as null. Other keys (such as
+// "weights": "ema") are not drawn and not checked.
+std::string metrics_line_problem(const json& j) {
+    const auto type = j.find("type");
+    if (type == j.end() || !type->is_string()) return "no \"type\" text";
+    if (*type != "train" && *type != "valid") return "unknown type " + type->dump() + " (expected \"train\" or \"valid\")";
+    const auto step = j.find("step");
+    if (step == j.end()) return "no \"step\"";
+    if (!step->is_number_unsigned() && !(step->is_number_integer() && step->get<std::int64_t>() >= 0))
+        return "\"step\" is " + step->dump() + ", expected a non-negative integer";
+    for (const char* key : {"epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tok_per_s", "elapsed", "valid_loss",
+                            "valid_nll", "valid_ppl", "valid_bleu"}) {
+        const auto it = j.find(key);
+        if (it == j.end() || it->is_number()) continue;
+        if (it->is_null()) return "\"" + std::string(key) + "\" is null (NaN or infinite when it was written)";
+        return "\"" + std::string(key) + "\" is " + std::string(it->type_name()) + " " + it->dump() + ", expected a number";
+    }
+    const auto norms = j.find("layer_grad_norms");
+    if (norms != j.end()) {
+        bool pairs = norms->is_array();
+        for (const json& p : *norms)
+            pairs = pairs && p.is_array() && p.size() == 2 && p[0].is_string() && p[1].is_number();
+        if (!pairs) return "\"layer_grad_norms\" is not a list of [layer name, norm] pairs";
+    }
+    return "";
 }
 
 std::string missing(const std::string& why) { return "<p class=\"missing\">" + xml_escape(why) + "</p>\n"; }
@@ -89,6 +145,7 @@ struct RunData {
     std::string run_error;
     std::vector<json> train, valid;  // metrics.jsonl lines by type
     bool has_metrics = false;
+    std::vector<std::string> problems;  // lines of metrics.jsonl and heads.jsonl left out, and why
     std::vector<json> heads;       // heads.jsonl
     json prune;                    // the pruning JSON (null when absent)
     std::string prune_path;
@@ -123,13 +180,13 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
     } else {
         d.run_error = "no run.json in " + dir;
     }
-    d.has_metrics = fs::exists(p / "metrics.jsonl");
-    for (json& j : read_jsonl((p / "metrics.jsonl").string())) {
-        const std::string type = j.value("type", "");
-        if (type == "train") d.train.push_back(std::move(j));
-        else if (type == "valid") d.valid.push_back(std::move(j));
-    }
-    d.heads = read_jsonl((p / "heads.jsonl").string());
+    d.has_metrics = fs::is_regular_file(p / "metrics.jsonl", ec);  // a directory is named in `problems`
+    JsonLines metrics = read_jsonl((p / "metrics.jsonl").string(), metrics_line_problem);
+    for (json& j : metrics.lines) (j["type"] == "train" ? d.train : d.valid).push_back(std::move(j));
+    JsonLines heads = read_jsonl((p / "heads.jsonl").string(), [](const json&) { return std::string(); });
+    d.heads = std::move(heads.lines);
+    d.problems = std::move(metrics.problems);
+    d.problems.insert(d.problems.end(), heads.problems.begin(), heads.problems.end());
 
     d.prune_path = opt.prune_json.empty() ? (p / "prune.json").string() : opt.prune_json;
     if (!opt.prune_json.empty() || fs::exists(d.prune_path)) {
@@ -236,11 +293,17 @@ std::string overview(const RunData& d) {
     o << "</table>\n";
     if (!d.run_error.empty()) o << missing(d.run_error);
     if (!d.model_error.empty()) o << missing("model: " + d.model_error);
+    for (const std::string& problem : d.problems) o << missing(problem);
     return o.str();
 }
 
 std::string metrics_missing(const RunData& d) {
-    return d.has_metrics ? "metrics.jsonl in " + d.dir + " has no training lines yet" : "no metrics.jsonl in " + d.dir;
+    const fs::path path = fs::path(d.dir) / "metrics.jsonl";
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) return path.string() + " is a directory, not a file";
+    if (!d.has_metrics) return "no metrics.jsonl in " + d.dir;
+    const std::string left_out = d.problems.empty() ? "" : " it can draw (lines left out: see the overview)";
+    return "metrics.jsonl in " + d.dir + " has no training lines" + (left_out.empty() ? " yet" : left_out);
 }
 
 std::string loss_section(const RunData& d) {
@@ -675,8 +738,9 @@ const char* kStyle =
 
 }  // namespace
 
-std::string training_report_html(const std::string& dir, const ReportOptions& opt) {
+std::string training_report_html(const std::string& dir, const ReportOptions& opt, std::vector<std::string>* problems) {
     const RunData d = load_run(dir, opt);
+    if (problems) *problems = d.problems;
     // Each section drawn on its own: a malformed line in one file leaves the others' pictures.
     std::map<std::string, std::string> body;
     auto draw = [&](const char* id, const std::function<std::string()>& f) {

@@ -608,6 +608,7 @@ void Trainer::prepare_directory() {
         stored.check_nan = c_.check_nan;
         stored.resume = true;
         c_ = stored;
+        check_schedule_covers_run(c_, true);  // a larger --max-steps must not train at lr 0
         if (fs::exists(fs::path(dir_) / "state.json", ec)) manifest_ = read_manifest(dir_);
         resume_from_ = resume_checkpoint();
         // A run stopped before its first checkpoint has run.json but no checkpoint: it starts again from

@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <toml++/toml.h>
@@ -253,9 +254,19 @@ std::vector<SourcedValue> read_config_file(const std::string& path) {
                                     std::string(e.description()));
     }
     std::vector<SourcedValue> out;
+    // A key given both at top level and under [train] would leave the file's meaning to a rule of reading
+    // order: refused, naming both lines.
+    std::map<std::string, std::string> seen;  // name -> where
     auto read_value = [&](const toml::key& key, const toml::node& node) {
         const std::string name(key.str());
         const std::string where = path + ":" + std::to_string(node.source().begin.line) + ": " + name;
+        const auto [earlier, first] = seen.emplace(name, where);
+        if (!first)
+            throw std::invalid_argument(where + ": set again; " + earlier->second +
+                                        " already sets it (top level and [train] are one set of settings)");
+        // "\u0000" is valid TOML, but a path stops at its first NUL: the file would name another path.
+        if (auto s = node.value_exact<std::string>(); s && s->find('\0') != std::string::npos)
+            throw std::invalid_argument(where + ": a NUL character (\\u0000) is not allowed in a setting");
         if (auto s = node.value_exact<std::string>()) out.push_back({name, *s, where});
         else if (auto i = node.value_exact<std::int64_t>()) out.push_back({name, std::to_string(*i), where});
         else if (auto d = node.value_exact<double>()) out.push_back({name, setting_detail::format_real(*d), where});
@@ -426,10 +437,65 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
                               "train with 1e-4 to 1e-3");
         }
     }
+    const bool decays = schedule.kind == ScheduleKind::Cosine || schedule.kind == ScheduleKind::Linear;
+    if (decays && schedule.total_steps == 0 && c.max_steps == 0)
+        throw std::invalid_argument(std::string("--schedule ") + schedule_kind_name(schedule.kind) +
+                                    " decays over --total-steps, which defaults to --max-steps; with only --time-budget "
+                                    "or --epochs the number of steps is not known: give --max-steps or --total-steps");
     if (schedule.total_steps == 0) schedule.total_steps = c.max_steps;
     schedule.d_model = c.model.d_model;
+    check_schedule_covers_run(c, false);
     return r;
 }
+
+void check_schedule_covers_run(const TrainConfig& c, bool resumed) {
+    const Schedule& s = c.optim.schedule;
+    if (s.kind != ScheduleKind::Cosine && s.kind != ScheduleKind::Linear) return;
+    if (s.min_lr > 0 || c.max_steps <= s.total_steps) return;
+    const std::string steps = std::to_string(s.total_steps + 1) + " to " + std::to_string(c.max_steps);
+    const std::string ends = std::string("--schedule ") + schedule_kind_name(s.kind) + " reaches --min-lr 0 at --total-steps " +
+                             std::to_string(s.total_steps);
+    if (resumed)
+        throw std::invalid_argument("--resume --max-steps " + std::to_string(c.max_steps) + ": the run's " + ends +
+                                    ", so steps " + steps + " would train at learning rate 0; a resumed run keeps its "
+                                    "schedule: stop at " + std::to_string(s.total_steps) +
+                                    " or train a new run with a larger --total-steps");
+    throw std::invalid_argument("--max-steps " + std::to_string(c.max_steps) + " runs past the end of the schedule: " + ends +
+                                ", so steps " + steps + " would train at learning rate 0; give --total-steps " +
+                                std::to_string(c.max_steps) + " (or a --min-lr above 0)");
+}
+
+namespace {
+
+// `text` as a one-line TOML basic string: quotes, backslashes and control characters escaped ("\n", "\t",
+// "\u001B"), the rest (UTF-8 included) as it is, so that --config reads every written value back. toml++
+// writes a value with a newline as a multi-line string, which read_config_file refuses.
+std::string toml_basic_string(const std::string& text) {
+    std::string out = "\"";
+    for (const char ch : text) {
+        const unsigned char u = static_cast<unsigned char>(ch);
+        switch (ch) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\b': out += "\\b"; break;
+        case '\t': out += "\\t"; break;
+        case '\n': out += "\\n"; break;
+        case '\f': out += "\\f"; break;
+        case '\r': out += "\\r"; break;
+        default:
+            if (u < 0x20 || u == 0x7f) {
+                char escape[8];
+                std::snprintf(escape, sizeof escape, "\\u%04X", u);
+                out += escape;
+            } else {
+                out += ch;
+            }
+        }
+    }
+    return out + "\"";
+}
+
+}  // namespace
 
 std::string to_toml(const TrainConfig& c) {
     std::ostringstream out;
@@ -441,7 +507,7 @@ std::string to_toml(const TrainConfig& c) {
         if (s.group != group) out << "\n# " << (group = s.group) << "\n";
         out << s.name << " = ";
         if (s.type == SettingType::Text || s.type == SettingType::Choice)
-            out << toml::value<std::string>(s.get(c));  // quoted and escaped as TOML requires
+            out << toml_basic_string(s.get(c));
         else
             out << s.get(c);
         out << "\n";

@@ -49,6 +49,9 @@ void check_subcommand_name(const CLI::App& app, int argc, const char* const* arg
 // for the process: bf16 on a CPU without bf16 instructions prints one note on stderr and runs fp32.
 CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision);
 void apply_precision(const std::string& precision);
+// set_threads(n) for the flag `flag` (n <= 0: all cores). OpenBLAS caps the count, OpenMP's with it, at the
+// number it was built for: a larger n is refused with that number rather than run with fewer threads.
+void apply_threads(int n, const std::string& flag);
 
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();

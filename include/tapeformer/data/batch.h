@@ -62,6 +62,8 @@ struct BatcherOptions {
                                        // larger side (S, T include EOS / BOS); the fairseq `max_tokens` rule
     std::int64_t max_sentences = 0;    // also B <= max_sentences (0 = no limit)
     bool shuffle = true;               // false: batches in length order, ties in input order (validation)
+    bool oversize_alone = false;       // an example longer than batch_tokens is a batch of its own (scoring,
+                                       // as translation does) instead of an error (training)
     std::uint64_t seed = 1;            // with the epoch number, fixes the epoch's order
 };
 

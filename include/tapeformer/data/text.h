@@ -42,8 +42,9 @@ struct ParallelText {
 ParallelText read_parallel(const std::string& source_path, const std::string& target_path);
 
 // Reads a stream one line at a time with the checks of read_lines (a UTF-8 BOM at the start dropped, every
-// line valid UTF-8, else std::runtime_error "NAME:LINE: invalid UTF-8 ..."; trimmed), so that a long input
-// can be processed in pieces without being held whole.
+// line valid UTF-8, else std::runtime_error "NAME:LINE: invalid UTF-8 ..."; trimmed, with no \r left inside,
+// else "NAME:LINE: a carriage return ...": a file whose lines end with a lone \r would read as one line),
+// so that a long input can be processed in pieces without being held whole.
 class LineReader {
 public:
     LineReader(std::istream& in, std::string name) : in_(in), name_(std::move(name)) {}

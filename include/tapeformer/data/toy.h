@@ -12,6 +12,11 @@
 
 TF_NAMESPACE_BEGIN
 
+// The most pairs one corpus may hold, all splits together: the generator keeps every sentence in memory
+// (about 500 bytes a pair: 2.4 GB at this limit) to keep the splits distinct; far more would end in an
+// allocation failure.
+constexpr std::int64_t kMaxToyPairs = 5'000'000;
+
 // What to generate. The committed data/toy/ files are exactly write_toy_corpus("data/toy") with these
 // defaults, and a test checks that they still are.
 struct ToyCorpusOptions {
