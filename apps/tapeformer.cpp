@@ -1,4 +1,4 @@
-// tapeformer: the command-line tool. Each subcommand lives in src/cli/; this file wires them together
+// tapeformer: the command-line tool. Each subcommand lives in cli/; this file wires them together
 // and turns any error into one line on stderr and a non-zero exit code.
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "tapeformer/blas.h"
-#include "tapeformer/cli/commands.h"
+#include "cli/commands.h"
 #include "tapeformer/error.h"
 
 int main(int argc, char** argv) {

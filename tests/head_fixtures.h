@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tapeformer/heads.h"
+#include "tapeformer/study/heads.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/random.h"
 #include "helpers.h"

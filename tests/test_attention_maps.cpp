@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tapeformer/attention_maps.h"
-#include "tapeformer/checkpoint.h"
+#include "tapeformer/study/attention_maps.h"
+#include "tapeformer/run/checkpoint.h"
 #include "helpers.h"
 
 using namespace tf_test;

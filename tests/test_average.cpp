@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tapeformer/average.h"
+#include "tapeformer/run/average.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/optim.h"
 #include "tapeformer/safetensors.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "tapeformer/bench.h"
+#include "tapeformer/bench/bench.h"
 #include "tapeformer/pool.h"
 
 using namespace tf;

@@ -18,7 +18,7 @@
 
 #include "tapeformer/blas.h"
 #include "tapeformer/random.h"
-#include "tapeformer/train.h"
+#include "tapeformer/run/train.h"
 #include "helpers.h"
 
 using tf::Precision;

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "tapeformer/checkpoint.h"
+#include "tapeformer/run/checkpoint.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
 #include "tapeformer/metrics/bleu.h"

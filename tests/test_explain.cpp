@@ -9,7 +9,7 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/decode.h"
-#include "tapeformer/explain.h"
+#include "tapeformer/teach/explain.h"
 #include "helpers.h"
 
 using namespace tf_test;

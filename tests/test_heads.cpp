@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <string>
 
-#include "tapeformer/checkpoint.h"
-#include "tapeformer/evaluate.h"
+#include "tapeformer/run/checkpoint.h"
+#include "tapeformer/run/evaluate.h"
 #include "tapeformer/gradcheck.h"
-#include "tapeformer/heads.h"
+#include "tapeformer/study/heads.h"
 #include "tapeformer/safetensors.h"
 #include "head_fixtures.h"
 #include "helpers.h"

@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tapeformer/checkpoint.h"
-#include "tapeformer/evaluate.h"
-#include "tapeformer/heads_l0.h"
+#include "tapeformer/run/checkpoint.h"
+#include "tapeformer/run/evaluate.h"
+#include "tapeformer/study/heads_l0.h"
 #include "head_fixtures.h"
 #include "helpers.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "tapeformer/gradcheck.h"
-#include "tapeformer/heads_similarity.h"
+#include "tapeformer/study/heads_similarity.h"
 #include "head_fixtures.h"
 #include "helpers.h"
 

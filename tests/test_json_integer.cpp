@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tapeformer/checkpoint.h"
-#include "tapeformer/json_integer.h"
+#include "tapeformer/run/checkpoint.h"
+#include "run/json_integer.h"
 
 using nlohmann::json;
 

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "tapeformer/blas.h"
-#include "tapeformer/checkpoint.h"
+#include "tapeformer/run/checkpoint.h"
 #include "tapeformer/data/tasks.h"
-#include "tapeformer/evaluate.h"
-#include "tapeformer/train.h"
+#include "tapeformer/run/evaluate.h"
+#include "tapeformer/run/train.h"
 #include "helpers.h"
 
 using namespace tf_test;

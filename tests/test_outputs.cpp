@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "tapeformer/checkpoint.h"
+#include "tapeformer/run/checkpoint.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
 #include "helpers.h"
@@ -327,7 +327,7 @@ TEST_CASE("outputs: every command that prints exits non-zero when standard outpu
         const Run full = run_cli(f.tmp, command, "/dev/full");
         check_refused(full, command.rfind("translate", 0) == 0 ? "standard output" : "No space left on device");
         const Run closed = run_cli_closed_pipe(f.tmp, command);
-        // translate checks each piece as it streams, with its own words (src/cli/translate_command.cpp).
+        // translate checks each piece as it streams, with its own words (apps/cli/translate_command.cpp).
         check_refused(closed, command.rfind("translate", 0) == 0 ? "standard output" : "Broken pipe");
     }
 }

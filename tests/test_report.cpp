@@ -20,8 +20,8 @@
 #include <chrono>
 #include <thread>
 
-#include "tapeformer/report.h"
-#include "tapeformer/svg.h"
+#include "tapeformer/teach/report.h"
+#include "tapeformer/teach/svg.h"
 #include "helpers.h"
 
 using namespace tf_test;

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "tapeformer/summary.h"
+#include "tapeformer/teach/summary.h"
 #include "helpers.h"
 
 using namespace tf_test;

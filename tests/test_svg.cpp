@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "tapeformer/svg.h"
+#include "tapeformer/teach/svg.h"
 
 namespace {
 

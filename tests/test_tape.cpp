@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "tapeformer/tape_view.h"
+#include "tapeformer/teach/tape_view.h"
 #include "helpers.h"
 
 using namespace tf_test;

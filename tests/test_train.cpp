@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "tapeformer/blas.h"
-#include "tapeformer/checkpoint.h"
+#include "tapeformer/run/checkpoint.h"
 #include "tapeformer/safetensors.h"
-#include "tapeformer/train.h"
+#include "tapeformer/run/train.h"
 #include "helpers.h"
 
 namespace fs = std::filesystem;

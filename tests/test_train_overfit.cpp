@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "tapeformer/blas.h"
-#include "tapeformer/train.h"
+#include "tapeformer/run/train.h"
 #include "helpers.h"
 
 using namespace tf_test;

@@ -8,7 +8,7 @@
 
 #include "helpers.h"
 #include "tapeformer/nn/transformer.h"
-#include "tapeformer/train_settings.h"
+#include "tapeformer/run/train_settings.h"
 
 using namespace tf_test;
 using Catch::Contains;

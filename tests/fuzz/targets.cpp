@@ -12,15 +12,15 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "tapeformer/checkpoint.h"
+#include "tapeformer/run/checkpoint.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/error.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/data/vocab.h"
 #include "tapeformer/metrics/bleu.h"
 #include "tapeformer/safetensors.h"
-#include "tapeformer/train.h"
-#include "tapeformer/train_settings.h"
+#include "tapeformer/run/train.h"
+#include "tapeformer/run/train_settings.h"
 
 namespace tf_fuzz {
 

@@ -1,0 +1,88 @@
+// `tapeformer attention`: the attention maps of one sentence (attention_maps.h) as JSON for bertviz, a
+// self-contained HTML page and one SVG file per heatmap.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+
+#include "tapeformer/study/attention_maps.h"
+#include "tapeformer/run/checkpoint.h"
+#include "cli/commands.h"
+#include "tapeformer/study/heads.h"
+#include "tapeformer/io.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+struct AttentionCommandOptions {
+    std::string model_dir, src, tgt, json, html, svg_dir, mask;
+    std::vector<int> layers, heads;
+    DecodeOptions decode;
+    std::int64_t batch_tokens = 4096;  // unused: add_decode_options wants it
+};
+
+}  // namespace
+
+void add_attention_command(CLI::App& app) {
+    auto opt = std::make_shared<AttentionCommandOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "attention",
+        "The attention weights of every head for one sentence: JSON ([layer][head][query][key], tokens; see\n"
+        "docs/heads.md for the two lines bertviz needs), a self-contained HTML page of heatmaps (inline SVG, no\n"
+        "network) and one SVG file per heatmap. Without --tgt the target is decoded greedily first.\n"
+        "Example: tapeformer attention --model runs/toy --src \"the dog sees a cat .\" --html att.html");
+    cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train`")->required();
+    cmd->add_option("--src", opt->src, "The source sentence")->required();
+    cmd->add_option("--tgt", opt->tgt, "The target sentence (default: the model's greedy translation)");
+    cmd->add_option("--json", opt->json, "Write the maps as JSON here (default: standard output, unless --html/--svg-dir)");
+    cmd->add_option("--html", opt->html, "Write a self-contained HTML page of heatmaps here");
+    cmd->add_option("--svg-dir", opt->svg_dir, "Write one SVG file per heatmap into this directory (created if needed)");
+    cmd->add_option("--layers", opt->layers, "Only these layers in the HTML and SVG files (0-based; default all)")->delimiter(',');
+    cmd->add_option("--heads", opt->heads, "Only these heads in the HTML and SVG files (0-based; default all)")->delimiter(',');
+    cmd->add_option("--mask-heads", opt->mask, "Heads switched off first, e.g. E:0:1,A:2:3");
+    add_decode_options(*cmd, opt->decode, opt->batch_tokens);
+    cmd->callback([opt, cmd]() {
+        if (!opt->json.empty()) check_output_path(opt->json, "--json", {opt->model_dir});
+        if (!opt->html.empty()) check_output_path(opt->html, "--html", {opt->model_dir});
+        if (!opt->svg_dir.empty() && std::filesystem::exists(opt->svg_dir) && !std::filesystem::is_directory(opt->svg_dir))
+            throw std::runtime_error("--svg-dir '" + opt->svg_dir + "' is a file; expected a directory");
+        ModelBundle bundle = load_model_dir(opt->model_dir);
+        const ModelConfig& c = bundle.model->config;
+        for (int l : opt->layers)
+            if (l < 0 || l >= int(std::max(c.enc_layers, c.dec_layers)))
+                throw std::runtime_error("--layers: the model has layers 0.." + std::to_string(std::max(c.enc_layers, c.dec_layers) - 1) +
+                                         ", got " + std::to_string(l));
+        for (int h : opt->heads)
+            if (h < 0 || h >= int(c.heads))
+                throw std::runtime_error("--heads: the model has heads 0.." + std::to_string(c.heads - 1) + ", got " + std::to_string(h));
+        if (!opt->mask.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask, c));
+        const bool has_tgt = cmd->count("--tgt") > 0;
+        const AttentionMaps maps = attention_maps(*bundle.model, bundle.tokenizers, opt->src, has_tgt ? &opt->tgt : nullptr, opt->decode);
+        const MapFilter filter{opt->layers, opt->heads};
+        if (!opt->json.empty()) {
+            write_file_atomic(opt->json, attention_json(maps));
+            std::cerr << "wrote " << opt->json << "\n";
+        }
+        if (!opt->html.empty()) {
+            write_file_atomic(opt->html, attention_html(maps, filter, "Attention of " + opt->model_dir));
+            std::cerr << "wrote " << opt->html << "\n";
+        }
+        if (!opt->svg_dir.empty()) {
+            std::filesystem::create_directories(opt->svg_dir);
+            const auto files = attention_svg_files(maps, filter);
+            for (const auto& [name, svg] : files)
+                write_file_atomic((std::filesystem::path(opt->svg_dir) / name).string(), svg);
+            std::cerr << "wrote " << files.size() << " SVG heatmaps to " << opt->svg_dir << "\n";
+        }
+        if (opt->json.empty() && opt->html.empty() && opt->svg_dir.empty()) std::cout << attention_json(maps);
+        else if (maps.decoded) {
+            std::string t;
+            for (std::size_t i = 1; i < maps.tgt_in.size(); ++i) t += (i > 1 ? " " : "") + maps.tgt_in[i];
+            std::cerr << "greedy translation: " << t << "\n";
+        }
+        command_exit_code() = 0;
+    });
+}
+
+TF_NAMESPACE_END

@@ -1,0 +1,134 @@
+// `tapeformer explain`: one sentence walked through a trained model (--model DIR) or an untrained one
+// (--init, with a word vocabulary made of the sentence's own words), every stage with its shape, numbers
+// and the code that computes it (explain.h).
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+
+#include "tapeformer/run/checkpoint.h"
+#include "cli/commands.h"
+#include "tapeformer/data/text.h"
+#include "tapeformer/teach/explain.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+struct ExplainCommandOptions {
+    std::string model_dir, sentence, tgt;
+    bool init = false;
+    ModelConfig config;  // with --init
+    std::int64_t layers = 1;
+    std::string norm = "post";
+    std::uint64_t seed = 1;
+    ExplainView view;
+    bool no_values = false;
+};
+
+// A word tokenizer knowing the sentence's words (and the target's): an untrained model's vocabulary.
+TokenizerPair sentence_vocabulary(const std::string& sentence, const std::string& tgt) {
+    std::vector<std::string_view> lines{trim(sentence)};
+    if (!tgt.empty()) lines.push_back(trim(tgt));
+    TokenizerOptions o;
+    o.kind = TokenizerKind::word;
+    o.vocab_size = 0;
+    auto t = WordTokenizer::train(lines, o);
+    return TokenizerPair{t, t};
+}
+
+}  // namespace
+
+void add_explain_command(CLI::App& app) {
+    auto opt = std::make_shared<ExplainCommandOptions>();
+    opt->config.d_model = 8;
+    opt->config.heads = 2;
+    opt->config.ffn = 16;
+    opt->config.max_len = 64;
+    CLI::App* cmd = app.add_subcommand(
+        "explain",
+        "Walk one sentence through the model and print every stage in textbook order — text, tokens, ids,\n"
+        "embeddings, × √C, + positions, per layer: fused QKV projection, heads, Q Kᵀ/√D, mask, softmax,\n"
+        "weights × V, heads merged, out-projection, residual + LayerNorm, FFN; the decoder (causal mask,\n"
+        "cross-attention); logits, softmax, the chosen token — each with its shape, a few of its numbers\n"
+        "and the file and function of the model that computes it. The numbers are the model's own: every\n"
+        "attention, FFN and layer is checked against the module's forward() as it goes.\n"
+        "Examples: tapeformer explain --model runs/toy \"the dog sees a cat .\"\n"
+        "          tapeformer explain --init \"a b c\" --layer 0 --head 1 --stage scores,mask,softmax --check\n"
+        "          tapeformer explain --init \"a b c\" --no-values --backward");
+    cmd->add_option("sentence", opt->sentence, "The source sentence")->required();
+    auto* model = cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train`");
+    auto* init = cmd->add_flag("--init", opt->init,
+                               "An untrained model instead of --model: the flags below, a word vocabulary of the sentence's words");
+    model->excludes(init);
+    cmd->add_option("--tgt", opt->tgt,
+                    "The target sentence the decoder is fed (default: the model's greedy translation; with --init the\n"
+                    "sentence itself)");
+    // -1 is ExplainView's "every layer / head", what leaving the flag out means: not a value to type.
+    cmd->add_option("--layer", opt->view.layer, "Only this layer's stages (0-based; encoder and decoder; with --stage, stages matching both)")
+        ->check(number_above(0, false));
+    cmd->add_option("--head", opt->view.head, "Only this head in per-head stages (0-based)")->check(number_above(0, false));
+    cmd->add_option("--stage", opt->view.stages,
+                    "Only these stages, comma-separated: text, tokens, ids, embed, scale, positional, norm, qkv, q_proj,\n"
+                    "kv_proj, q, k, v, scores, mask, softmax, context, gate, merge, out_proj, add_norm, residual,\n"
+                    "ffn_hidden, ffn_out, final_norm, logits, probs, chosen")
+        ->delimiter(',');
+    cmd->add_flag("--no-values", opt->no_values, "Shapes and code locations only, no numbers");
+    cmd->add_flag("--check", opt->view.checks,
+                  "Print each stage's invariants (attention rows sum to 1, masked weights exactly 0, LayerNorm rows\n"
+                  "mean 0 / variance 1, each module's output equal to the walkthrough's); exit 1 if one fails");
+    cmd->add_flag("--backward", opt->view.backward,
+                  "Then run the target's cross-entropy backward and print each stage's gradient norm, in reverse order");
+    const std::string with_init = " (with --init)";
+    cmd->add_option("--d-model", opt->config.d_model, "Model width C" + with_init)->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--heads", opt->config.heads, "Attention heads H" + with_init)->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--ffn", opt->config.ffn, "FFN inner width F" + with_init)->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--layers", opt->layers, "Encoder and decoder layers" + with_init)->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--norm", opt->norm, "post or pre" + with_init)->check(CLI::IsMember({"post", "pre"}))->capture_default_str();
+    cmd->add_option("--seed", opt->seed, "Seed of the initial weights" + with_init)->capture_default_str();
+    cmd->callback([opt, cmd]() {
+        const bool model_given = cmd->count("--model") > 0;
+        if (!model_given && !opt->init) throw std::runtime_error("explain: give --model DIR or --init (see tapeformer explain --help)");
+        if (cmd->count("--tgt") && trim(opt->tgt).empty()) throw std::runtime_error("--tgt: the target sentence is empty");
+        for (const char* flag : {"--d-model", "--heads", "--ffn", "--layers", "--norm", "--seed"})
+            if (model_given && cmd->count(flag))
+                throw std::runtime_error(std::string(flag) + ": only with --init; --model DIR brings its own model");
+        ModelBundle bundle;
+        if (model_given) {
+            bundle = load_model_dir(opt->model_dir);
+        } else {
+            bundle.tokenizers = sentence_vocabulary(opt->sentence, opt->tgt);
+            ModelConfig c = opt->config;
+            c.enc_layers = c.dec_layers = opt->layers;
+            c.src_vocab = c.tgt_vocab = bundle.tokenizers.source->vocab_size();
+            c.norm = parse_norm_position(opt->norm);
+            c.validate();
+            bundle.model = std::make_unique<Transformer>(c, opt->seed);
+        }
+        ExplainOptions eo;
+        eo.backward = opt->view.backward;
+        // An untrained model's greedy translation is noise, often </s> at once: feed it the sentence itself.
+        const bool copy = !model_given && !cmd->count("--tgt");
+        if (cmd->count("--tgt")) eo.target = &opt->tgt;
+        if (copy) eo.target = &opt->sentence;
+        opt->view.values = !opt->no_values;
+        if (opt->view.layer < -1 || opt->view.head < -1) check_view(Explanation{}, bundle.model->config, opt->view);
+        const Explanation ex = explain(*bundle.model, bundle.tokenizers, opt->sentence, eo);
+        check_view(ex, bundle.model->config, opt->view);
+        const ModelConfig& c = bundle.model->config;
+        std::cout << "explain: " << (model_given ? opt->model_dir : "an untrained model (--init, seed " + std::to_string(opt->seed) + ")")
+                  << ": " << c.enc_layers << "+" << c.dec_layers << " layers, C " << c.d_model << ", H " << c.heads << ", D "
+                  << c.d_model / c.heads << ", F " << c.ffn << ", V " << c.tgt_vocab << ", " << to_string(c.norm) << "-norm\n"
+                  << "B = 1 sentence, S = " << ex.src.size() << " source tokens (with </s>), T = " << ex.dec_in.size()
+                  << " decoder positions (<s> + "
+                  << (ex.target_decoded ? "the greedy translation"
+                      : copy            ? "the sentence itself: an untrained model's translation is noise; --tgt to change"
+                                        : "--tgt")
+                  << ")\n";
+        std::cout << format_explanation(ex, opt->view);
+        if (opt->view.checks)
+            std::cout << "\nchecks: " << (ex.checks_passed ? "all passed" : "SOME FAILED (marked FAIL above)") << "\n";
+        command_exit_code() = opt->view.checks && !ex.checks_passed ? 1 : 0;
+    });
+}
+
+TF_NAMESPACE_END

@@ -1,0 +1,30 @@
+// `tapeformer gradcheck`: every primitive op and model block against central differences, in float64.
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "tapeformer/gradcheck_cli.h"
+
+TF_NAMESPACE_BEGIN
+
+void add_gradcheck_command(CLI::App& app) {
+    auto opt = std::make_shared<tf::f64::GradcheckCliOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "gradcheck",
+        "Check every op's backward against central finite differences (float64) and print a table.\n"
+        "Exits with status 1 when any check fails.\n"
+        "Example: tapeformer gradcheck --op softmax");
+    cmd->add_option("--seed", opt->seed, "Seed of the random inputs")->capture_default_str();
+    auto* filter = cmd->add_option("--filter", opt->filter, "Only checks whose name contains this text (e.g. matmul)");
+    auto* list = cmd->add_flag("--list", opt->list_only, "List the checks' names and exit");
+    cmd->add_option("--op", opt->op,
+                    "Check one op (add, matmul, softmax, layer_norm, ...; an unknown name lists them all) and print,\n"
+                    "element by element, the analytic gradient, the numeric one and the relative error")
+        ->excludes(filter)
+        ->excludes(list);
+    cmd->callback([opt]() {
+        opt->color = isatty(STDOUT_FILENO) != 0;
+        command_exit_code() = tf::f64::run_gradcheck_cli(*opt) > 0 ? 1 : 0;
+    });
+}
+
+TF_NAMESPACE_END

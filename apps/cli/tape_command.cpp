@@ -1,0 +1,107 @@
+// `tapeformer tape`: the tape of one training step (tape_view.h) — the records in order, the order backward
+// visits them, optionally what each backward record filled, the graph as Graphviz DOT, and the lesson that
+// gradients accumulate.
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+
+#include "tapeformer/run/checkpoint.h"
+#include "cli/commands.h"
+#include "tapeformer/data/text.h"
+#include "tapeformer/io.h"
+#include "tapeformer/teach/tape_view.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+struct TapeCommandOptions {
+    std::string model_dir, src = "a b c", tgt = "c b a", dot, collapse;
+    bool step_backward = false, backward_twice = false, forward_only = false;
+    std::int64_t d_model = 8, heads = 2, ffn = 16, layers = 1;
+    std::uint64_t seed = 1;
+};
+
+std::vector<std::int32_t> ids_of(const Tokenizer& t, const std::string& text, const char* flag) {
+    const std::string line(trim(text));
+    if (line.empty()) throw std::runtime_error(std::string(flag) + ": the sentence is empty");
+    return t.encode(line);
+}
+
+}  // namespace
+
+void add_tape_command(CLI::App& app) {
+    auto opt = std::make_shared<TapeCommandOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "tape",
+        "Record one training step (forward with dropout, label-smoothed loss) of a tiny model — 1+1 layers, C 8,\n"
+        "2 heads, a word vocabulary of the two sentences — or of --model DIR, and print the tape: every record's\n"
+        "op, inputs and output shape in the order recorded, then the order backward visits them.\n"
+        "Examples: tapeformer tape\n"
+        "          tapeformer tape --dot tape.dot --collapse layer && dot -Tsvg tape.dot -o tape.svg\n"
+        "          tapeformer tape --step-backward --backward-twice");
+    cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train` instead of the tiny model");
+    cmd->add_option("--src", opt->src, "The source sentence of the step")->capture_default_str();
+    cmd->add_option("--tgt", opt->tgt, "The target sentence of the step")->capture_default_str();
+    cmd->add_option("--dot", opt->dot,
+                    "Write the graph as Graphviz DOT here: a node per tensor (name, shape, data norm and first values,\n"
+                    "gradient norm and first values or \"grad: not computed\") and per op; parameters light blue, ops\n"
+                    "grey, activations saved on the tape orange, the loss green, constants white");
+    cmd->add_option("--collapse", opt->collapse, "With --dot: group nodes into Graphviz clusters, one per layer or per module")
+        ->check(CLI::IsMember({"layer", "module"}));
+    cmd->add_flag("--forward-only", opt->forward_only, "Record the forward pass only: no backward, the DOT says \"grad: not computed\"");
+    cmd->add_flag("--step-backward", opt->step_backward,
+                  "After each backward record, print which gradients it added to and their norm at that moment");
+    cmd->add_flag("--backward-twice", opt->backward_twice,
+                  "Then run the step's forward and backward twice without zero_grad: every gradient doubles (+=)");
+    cmd->add_option("--d-model", opt->d_model, "Model width C of the tiny model")->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--heads", opt->heads, "Attention heads H of the tiny model")->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--ffn", opt->ffn, "FFN inner width F of the tiny model")->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--layers", opt->layers, "Encoder and decoder layers of the tiny model")->check(number_above(1, false))->capture_default_str();
+    cmd->add_option("--seed", opt->seed, "Seed of the tiny model's weights and of the step's dropout")->capture_default_str();
+    cmd->callback([opt, cmd]() {
+        if (!opt->dot.empty()) check_output_path(opt->dot, "--dot", {opt->model_dir});
+        if (!opt->collapse.empty() && opt->dot.empty()) throw std::runtime_error("--collapse: needs --dot FILE");
+        if (opt->forward_only && (opt->step_backward || opt->backward_twice))
+            throw std::runtime_error("--forward-only: cannot go with --step-backward or --backward-twice");
+        const bool model_given = cmd->count("--model") > 0;
+        for (const char* flag : {"--d-model", "--heads", "--ffn", "--layers"})
+            if (model_given && cmd->count(flag))
+                throw std::runtime_error(std::string(flag) + ": sets the tiny model's shape; --model DIR brings its own");
+        ModelBundle bundle;
+        if (model_given) {
+            bundle = load_model_dir(opt->model_dir);
+        } else {
+            const std::vector<std::string_view> lines{trim(opt->src), trim(opt->tgt)};
+            TokenizerOptions o;
+            o.kind = TokenizerKind::word;
+            o.vocab_size = 0;
+            auto t = WordTokenizer::train(lines, o);
+            bundle.tokenizers = TokenizerPair{t, t};
+            ModelConfig c = tiny_tape_config(t->vocab_size());
+            c.d_model = opt->d_model, c.heads = opt->heads, c.ffn = opt->ffn, c.enc_layers = c.dec_layers = opt->layers;
+            c.validate();
+            bundle.model = std::make_unique<Transformer>(c, opt->seed);
+        }
+        const auto src = ids_of(*bundle.tokenizers.source, opt->src, "--src");
+        const auto tgt = ids_of(*bundle.tokenizers.target, opt->tgt, "--tgt");
+        TapeStepOptions so;
+        so.src = opt->src, so.tgt = opt->tgt, so.seed = opt->seed, so.backward = !opt->forward_only;
+        const ModelConfig& c = bundle.model->config;
+        std::cout << "tape: one training step of " << (model_given ? opt->model_dir : std::string("a tiny untrained model")) << " ("
+                  << c.enc_layers << "+" << c.dec_layers << " layers, C " << c.d_model << ", H " << c.heads << ", F " << c.ffn
+                  << ", V " << c.tgt_vocab << "), source \"" << std::string(trim(opt->src)) << "\", target \""
+                  << std::string(trim(opt->tgt)) << "\"\n\n";
+        const TapeGraph g = record_training_step(*bundle.model, src, tgt, so);
+        std::cout << format_tape(g, opt->step_backward);
+        if (!opt->dot.empty()) {
+            write_file_atomic(opt->dot, tape_dot(g, opt->collapse));
+            std::cout << "\nwrote " << opt->dot << " (" << g.tensors.size() << " tensors, " << g.ops.size()
+                      << " ops; render: dot -Tsvg " << opt->dot << " -o tape.svg)\n";
+        }
+        if (opt->backward_twice) std::cout << "\n" << backward_twice_report(*bundle.model, src, tgt, so);
+        command_exit_code() = 0;
+    });
+}
+
+TF_NAMESPACE_END

@@ -1,0 +1,1266 @@
+// The training loop. See train.h for what it does and checkpoint.h for what it writes.
+#include "tapeformer/run/train.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/blas.h"
+#include "tapeformer/run/checkpoint.h"
+#include "tapeformer/data/batch.h"
+#include "tapeformer/data/text.h"
+#include "tapeformer/data/vocab.h"
+#include "tapeformer/run/evaluate.h"
+#include "tapeformer/study/heads.h"
+#include "tapeformer/io.h"
+#include "run/json_integer.h"
+#include "tapeformer/run/train_settings.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+
+// ---- configuration ----------------------------------------------------------------------------------------
+
+void TrainConfig::validate() const {
+    auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+    if (out_dir.empty()) fail("train: --out DIR is required");
+    if (resume && force)
+        fail("train: --resume continues the run in '" + out_dir + "' and --force starts it over: give one of them");
+    // Every number within the bounds of its setting (train_settings.h): finite, since run.json must hold
+    // it and JSON has no infinity or NaN, and small enough not to overflow.
+    for (const Setting<TrainConfig>& s : train_settings())
+        if (const std::string problem = setting_problem(s, *this); !problem.empty())
+            fail("train: " + (s.name.empty() ? s.key : "--" + s.name) + " " + problem);
+    if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
+        fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
+    if (data.valid_src.empty() != data.valid_tgt.empty())
+        fail("train: give both --valid-src and --valid-tgt, or neither");
+    // A resumed run keeps the stopping rules in its run.json unless this call gives new ones.
+    if (!resume && max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
+        fail("train: say when to stop: --max-steps, --epochs or --time-budget");
+    if (data.batch_tokens < data.max_len + 1)
+        fail("train: --batch-tokens " + std::to_string(data.batch_tokens) + " cannot hold one sentence of --max-len " +
+             std::to_string(data.max_len) + " (+1 for BOS/EOS)");
+    if (data.tokenizer != TokenizerKind::word && data.vocab_size < 8)
+        fail("train: --vocab-size must be at least 8 for SentencePiece, got " + std::to_string(data.vocab_size));
+    if (model.tie == Tying::All && !data.joint_vocab)
+        fail("train: --tie all shares one embedding table between the languages, which needs --joint-vocab");
+    if (resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
+        resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
+        fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
+    if (overfit_batch && (epochs > 0 || (max_steps <= 0 && time_budget_minutes <= 0)))
+        fail("train: --overfit-batch repeats one batch, so epochs do not end: stop it with --max-steps or --time-budget");
+    optim.schedule.validate();
+    ModelConfig m = model;
+    m.src_vocab = m.tgt_vocab = std::max<std::int64_t>(m.src_vocab, 8);  // the real sizes come from the tokenizer
+    m.validate();
+}
+
+namespace {
+
+// The data files a run reads, by their run.json key, with their flags.
+struct DataSlot {
+    const char* key;   // "train_src": data.train_src in run.json, data_files.train_src
+    const char* flag;  // "--train-src"
+    std::string DataConfig::*path;
+};
+const DataSlot kDataSlots[] = {{"train_src", "--train-src", &DataConfig::train_src},
+                               {"train_tgt", "--train-tgt", &DataConfig::train_tgt},
+                               {"valid_src", "--valid-src", &DataConfig::valid_src},
+                               {"valid_tgt", "--valid-tgt", &DataConfig::valid_tgt}};
+
+// The settings (by run.json key) that a run may change mid-run: where it stops and what it logs, validates
+// and keeps (TrainConfig::ResumeChanges), none of which changes a number the training computes; and the
+// data files' paths, whose contents are compared instead (a file moved and named anew in run.json is the
+// same data). Every other setting decides the run and must stay what its checkpoints were trained with.
+bool may_change_mid_run(const std::string& key) {
+    static const std::set<std::string> keys = {
+        "stop.max_steps", "stop.epochs",    "stop.time_budget_minutes", "every.log",      "every.valid",
+        "every.checkpoint", "every.keep",   "every.keep_every",         "every.heads",    "data.train_src",
+        "data.train_tgt", "data.valid_src", "data.valid_tgt"};
+    return keys.count(key) > 0;
+}
+
+// DIR/run.json: the settings (train_settings.h to_json) and the run's identity.
+std::string run_json(const TrainConfig& c, const RunIdentity& identity) {
+    nlohmann::json j = nlohmann::json::parse(to_json(c));
+    if (!identity.run_id.empty()) j["run_id"] = identity.run_id;
+    for (const auto& [key, file] : identity.data)
+        j["data_files"][key] = {{"path", file.path}, {"bytes", file.bytes}, {"crc32c", file.crc32c}};
+    return j.dump(2) + "\n";
+}
+
+RunIdentity run_identity_from_json(const std::string& text) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    RunIdentity identity;
+    if (j.contains("run_id")) {
+        identity.run_id = j.at("run_id").get<std::string>();
+        if (identity.run_id.empty()) throw std::runtime_error("\"run_id\" is empty");
+    }
+    if (j.contains("data_files")) {
+        for (const auto& [key, f] : j.at("data_files").items()) {
+            if (std::none_of(std::begin(kDataSlots), std::end(kDataSlots), [&](const DataSlot& d) { return key == d.key; }))
+                throw std::runtime_error("\"data_files\" has an entry '" + key + "', which is no data file of a run");
+            identity.data[key] = DataFile{f.at("path").get<std::string>(),
+                                          json_integer<std::int64_t>(f.at("bytes"), "data_files." + key + ".bytes"),
+                                          f.at("crc32c").get<std::string>()};
+        }
+    }
+    return identity;
+}
+
+// The size and CRC-32C of the file at `path` now.
+DataFile data_file(const std::string& path) {
+    const std::string bytes = read_file(path);
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", crc32c(bytes));
+    return DataFile{path, static_cast<std::int64_t>(bytes.size()), std::string("crc32c:") + hex};
+}
+
+std::string data_file_text(const DataFile& f) { return std::to_string(f.bytes) + " bytes, " + f.crc32c; }
+
+}  // namespace
+
+TrainConfig load_run_config(const std::string& dir, RunIdentity* identity) {
+    const std::string path = (fs::path(dir) / "run.json").string();
+    if (!fs::exists(path))
+        throw std::runtime_error("cannot resume: '" + dir + "' holds no run.json (is it a tapeformer training directory?)");
+    try {
+        const std::string text = read_file(path);
+        TrainConfig c = train_config_from_json(text);
+        c.out_dir = dir;
+        c.validate();  // an edited run.json (--checkpoint-every 0 would divide by zero) is refused here
+        if (identity) {
+            try {
+                *identity = run_identity_from_json(text);
+            } catch (const std::exception& e) {
+                throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
+            }
+        }
+        return c;
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": " + e.what());
+    }
+}
+
+// ---- signals: finish the step, save, exit ----------------------------------------------------------------
+
+namespace {
+
+// The first SIGINT/SIGTERM is acknowledged at once and ends the run at the next safe point (after the
+// current step, or after the data preparation, tokenizer training or validation under way), with a
+// checkpoint once training has started. A second one ends the process at once, as the signal would.
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) {
+    if (g_signal.exchange(sig) != 0) {  // only async-signal-safe calls here
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return;
+    }
+    static const char note[] = "\ntapeformer: interrupted; stopping at the next safe point (again to abort at once)\n";
+    const ssize_t ignored = ::write(STDERR_FILENO, note, sizeof note - 1);
+    (void)ignored;
+}
+
+// Installs on_signal for the run, and makes sure it never runs on a thread that computes. oneDNN 2.x's JIT
+// sgemm (jit_avx512_common_gemm_f32, behind some fp32 matmuls) points the stack pointer into a heap buffer
+// while it runs, so a handler run on that thread writes its frame into the heap (oneDNN issue #4845, fixed
+// in 3.x; Debian 12 has 2.6.3): 6 SIGTERMs in 300 during toy training runs ended in "corrupted size vs.
+// prev_size" or a segfault. So the calling thread and every thread of its OpenMP team block SIGINT and
+// SIGTERM (threads they start inherit that), and one thread that only waits, "tf-signals", takes them.
+class SignalScope {
+public:
+    explicit SignalScope(int threads) : threads_(threads) {
+        g_signal.store(0);
+        const sigset_t interrupts = interrupt_signals();
+        pthread_sigmask(SIG_BLOCK, &interrupts, &caller_mask_);
+#pragma omp parallel num_threads(threads_)
+        pthread_sigmask(SIG_BLOCK, &interrupts, nullptr);
+        old_int_ = std::signal(SIGINT, on_signal);
+        old_term_ = std::signal(SIGTERM, on_signal);
+        receiver_ = std::thread([this] {
+            pthread_setname_np(pthread_self(), "tf-signals");
+            const sigset_t mine = interrupt_signals();
+            pthread_sigmask(SIG_UNBLOCK, &mine, nullptr);
+            std::unique_lock<std::mutex> lock(mutex_);
+            done_.wait(lock, [this] { return finished_; });
+            pthread_sigmask(SIG_BLOCK, &mine, nullptr);  // one that comes now waits for the old handler
+        });
+    }
+    ~SignalScope() {
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            finished_ = true;
+        }
+        done_.notify_one();
+        receiver_.join();
+        std::signal(SIGINT, old_int_);
+        std::signal(SIGTERM, old_term_);
+        const sigset_t interrupts = interrupt_signals();
+#pragma omp parallel num_threads(threads_)
+        pthread_sigmask(SIG_UNBLOCK, &interrupts, nullptr);
+        pthread_sigmask(SIG_SETMASK, &caller_mask_, nullptr);  // a signal held back meanwhile arrives here
+    }
+    SignalScope(const SignalScope&) = delete;
+    SignalScope& operator=(const SignalScope&) = delete;
+
+private:
+    static sigset_t interrupt_signals() {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        return set;
+    }
+    int threads_;
+    sigset_t caller_mask_;
+    void (*old_int_)(int) = SIG_DFL;
+    void (*old_term_)(int) = SIG_DFL;
+    std::mutex mutex_;
+    std::condition_variable done_;
+    bool finished_ = false;
+    std::thread receiver_;
+};
+
+// ---- small helpers ---------------------------------------------------------------------------------------
+
+std::string clock_text(double seconds) {
+    if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+    const long s = static_cast<long>(seconds + 0.5);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+    return buf;
+}
+
+bool all_finite(const real* p, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(p[i])) return false;
+    return true;
+}
+
+// With --check-nan: the first op on the tape whose output is not finite.
+std::string first_nonfinite_op() {
+    const auto& records = tape().records();
+    for (std::size_t i = 0; i < records.size(); ++i) {
+        const TapeRecord& r = records[i];
+        if (all_finite(r.out.data(), r.out.numel())) continue;
+        std::string inputs;
+        for (const Tensor& t : r.in) inputs += (inputs.empty() ? "" : ", ") + t.shape().str();
+        return std::string("first non-finite value produced by op #") + std::to_string(i + 1) + " '" + r.op + "' (inputs " +
+               inputs + ", output " + r.out.shape().str() + ")";
+    }
+    return "no op produced a non-finite value; the inputs or parameters already held one";
+}
+
+// With --check-nan after backward: the first backward (in reverse order) that wrote a non-finite gradient.
+std::string first_nonfinite_backward() {
+    const auto& records = tape().records();
+    for (auto it = records.rbegin(); it != records.rend(); ++it)
+        for (const Tensor& t : it->in)
+            if (t.has_grad() && !all_finite(t.grad(), t.numel()))
+                return std::string("first non-finite gradient written by the backward of op '") + it->op + "' (output " +
+                       it->out.shape().str() + ")";
+    return "no backward wrote a non-finite gradient";
+}
+
+// ---- report data: per-layer gradient norms, the overfit batch ----------------------------------------------
+
+// The module a parameter belongs to, for per-layer gradient norms: "encoder.layers.0" for every parameter of
+// that layer, otherwise the name without its last part ("src_embed.weight" -> "src_embed").
+std::string layer_of(const std::string& name) {
+    for (const char* stack : {"encoder.layers.", "decoder.layers."}) {
+        const std::string p = stack;
+        if (name.rfind(p, 0) == 0) return name.substr(0, name.find('.', p.size()));
+    }
+    const std::size_t dot = name.rfind('.');
+    return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+// ‖∂L/∂θ‖₂ of each layer's parameters (layer_of), in parameter order, a tied tensor counted once under its
+// first name. Read before clipping: the gradient the loss gave, for the report's post- vs pre-norm lesson.
+std::vector<std::pair<std::string, double>> layer_grad_norms(const ParamList& params) {
+    std::vector<std::pair<std::string, double>> norms;
+    for (const NamedTensor& p : unique_parameters(params)) {
+        if (!p.tensor.has_grad()) continue;
+        const std::string layer = layer_of(p.name);
+        if (norms.empty() || norms.back().first != layer) norms.push_back({layer, 0});
+        const real* g = p.tensor.grad();
+        double sum = 0;
+        for (std::int64_t i = 0, n = p.tensor.numel(); i < n; ++i) sum += double(g[i]) * double(g[i]);
+        norms.back().second += sum;  // squared until the end
+    }
+    for (auto& entry : norms) entry.second = std::sqrt(entry.second);
+    return norms;
+}
+
+// --overfit-batch: the first training pairs in file order (no shuffling, no length sorting) that fit one
+// batch of the token budget, B · max(S, T) ≤ batch_tokens.
+std::vector<std::int64_t> first_batch(const std::vector<Example>& examples, std::int64_t batch_tokens) {
+    std::vector<std::int64_t> rows;
+    std::int64_t longest = 0;
+    for (std::size_t i = 0; i < examples.size(); ++i) {
+        const std::int64_t len = std::int64_t(std::max(examples[i].src.size(), examples[i].tgt.size())) + 1;
+        if (std::int64_t(rows.size() + 1) * std::max(longest, len) > batch_tokens) break;
+        longest = std::max(longest, len);
+        rows.push_back(std::int64_t(i));
+    }
+    return rows;
+}
+
+// metrics.jsonl: keeps only entries up to `step` (a resumed run continues from there).
+void truncate_metrics(const std::string& path, std::int64_t step) {
+    std::ifstream in(path);
+    if (!in) return;
+    std::string kept, line;
+    while (std::getline(in, line)) {
+        try {
+            const auto j = nlohmann::json::parse(line);
+            if (json_integer<std::int64_t>(j.at("step"), "step") <= step) kept += line + "\n";
+        } catch (const std::exception&) {
+            // a line cut short by a crash: drop it
+        }
+    }
+    write_file_atomic(path, kept);
+}
+
+struct Manifest {
+    std::string last;                // relative path of the newest checkpoint
+    std::vector<std::string> kept;   // oldest first
+};
+
+// DIR/state.json. It names the files that pruning deletes, so it may name only this run's own
+// checkpoints/step-N.safetensors: anything else (a path outside DIR, a user's file) is refused.
+Manifest read_manifest(const std::string& dir) {
+    const std::string path = (fs::path(dir) / "state.json").string();
+    Manifest m;
+    try {
+        const auto j = nlohmann::json::parse(read_file(path));
+        const int format = json_integer<int>(j.at("format"), "format");
+        if (format != kCheckpointFormat)
+            throw std::runtime_error("written by another version of tapeformer (format " + std::to_string(format) + ")");
+        m.last = j.at("last").get<std::string>();
+        m.kept = j.at("kept").get<std::vector<std::string>>();
+        for (const std::string& name : m.kept)
+            if (checkpoint_step(name) < 0)
+                throw std::runtime_error("'" + name + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
+        if (!m.last.empty() && checkpoint_step(m.last) < 0)
+            throw std::runtime_error("'" + m.last + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
+        if (!m.kept.empty() && m.last != m.kept.back())
+            throw std::runtime_error("'last' is '" + m.last + "' but the newest kept checkpoint is '" + m.kept.back() + "'");
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": " + e.what() +
+                                 " (delete it and --resume continues from the newest checkpoint on disk)");
+    }
+    return m;
+}
+
+void write_manifest(const std::string& dir, const Manifest& m, const TrainState& s) {
+    nlohmann::json j = {{"format", kCheckpointFormat}, {"last", m.last}, {"kept", m.kept}, {"step", s.step},
+                        {"best_step", s.best_step}, {"best_score", s.best_score}};
+    write_file_atomic((fs::path(dir) / "state.json").string(), j.dump(2) + "\n");
+}
+
+// The files a training run writes in its directory, besides checkpoints/step-N.safetensors. --force deletes
+// these and nothing else: a user's own files in the directory (or in checkpoints/) stay.
+const char* const kRunFiles[] = {"run.json",  "config.toml",     "state.json",      "model.safetensors",
+                                 "metrics.jsonl", "heads.jsonl", "vocab.txt", "spm.model", "src.vocab.txt",
+                                 "src.spm.model", "tgt.vocab.txt", "tgt.spm.model"};
+const char* kLockFile = "train.lock";
+
+// Files that mark a directory as holding a run.
+bool holds_run(const std::string& dir) {
+    std::error_code ec;
+    for (const char* f : {"run.json", "state.json", "model.safetensors", "metrics.jsonl"})
+        if (fs::exists(fs::path(dir) / f, ec)) return true;
+    return !checkpoints_on_disk(dir).empty();
+}
+
+void remove_run_files(const std::string& dir) {
+    std::error_code ec;
+    for (const char* f : kRunFiles) fs::remove(fs::path(dir) / f, ec);
+    for (const std::string& name : checkpoints_on_disk(dir)) fs::remove(fs::path(dir) / name, ec);
+}
+
+// A write_file_atomic temporary ("<file>.tmp.<pid>") of one of the run's files, and the pid; 0 otherwise.
+pid_t temp_file_pid(const std::string& name, bool in_checkpoints) {
+    const std::size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos) return 0;
+    const std::string base = name.substr(0, at), digits = name.substr(at + 5);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+    const bool ours = in_checkpoints ? checkpoint_step("checkpoints/" + base) >= 0
+                                     : std::find_if(std::begin(kRunFiles), std::end(kRunFiles),
+                                                    [&](const char* f) { return base == f; }) != std::end(kRunFiles);
+    return ours ? static_cast<pid_t>(std::stol(digits)) : 0;
+}
+
+// A write killed half-way leaves its temporary file behind; remove those whose writer is gone.
+// Returns how many were removed.
+int remove_stale_temp_files(const std::string& dir) {
+    int removed = 0;
+    for (const bool in_checkpoints : {false, true}) {
+        const fs::path where = in_checkpoints ? fs::path(dir) / "checkpoints" : fs::path(dir);
+        std::error_code ec;
+        std::vector<fs::path> stale;
+        for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec)) {
+            const pid_t pid = temp_file_pid(it->path().filename().string(), in_checkpoints);
+            if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(it->path());
+        }
+        for (const fs::path& f : stale) removed += fs::remove(f, ec) ? 1 : 0;
+    }
+    return removed;
+}
+
+// An exclusive flock on DIR/train.lock for as long as the run lives, holding the owner's pid: a second
+// `train` into the same directory is refused instead of both writing the same checkpoints. The kernel
+// drops the lock when the process dies, however it dies; the file stays (deleting it would race).
+class RunLock {
+public:
+    RunLock() = default;
+    RunLock(const RunLock&) = delete;
+    RunLock& operator=(const RunLock&) = delete;
+    ~RunLock() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    bool held() const { return fd_ >= 0; }
+
+    void acquire(const std::string& dir) {
+        const std::string path = (fs::path(dir) / kLockFile).string();
+        const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) throw std::runtime_error("cannot open '" + path + "': " + std::strerror(errno));
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            ::close(fd);
+            if (err != EWOULDBLOCK) throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(err));
+            std::string holder;
+            try {
+                holder = read_file(path);
+            } catch (const std::exception&) {
+            }
+            while (!holder.empty() && std::isspace(static_cast<unsigned char>(holder.back()))) holder.pop_back();
+            throw std::runtime_error("'" + dir + "' is in use by another tapeformer train (pid " +
+                                     (holder.empty() ? std::string("unknown") : holder) + ", which holds " + path +
+                                     "): wait for it to finish or stop it, or choose another --out");
+        }
+        const std::string pid = std::to_string(::getpid()) + "\n";
+        if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+            const int err = errno;
+            ::close(fd);
+            throw std::runtime_error("cannot write '" + path + "': " + std::strerror(err));
+        }
+        fd_ = fd;
+    }
+
+private:
+    int fd_ = -1;
+};
+
+}  // namespace
+
+bool is_run_file(const std::string& name) {
+    return name == kLockFile || checkpoint_step(name) >= 0 ||
+           std::find_if(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) { return name == f; }) != std::end(kRunFiles);
+}
+
+// ---- the trainer -----------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kTokenizerThreads = 2;  // SentencePiece's trainer threads, whatever --threads says
+
+class Trainer {
+public:
+    Trainer(TrainConfig config, std::ostream& log, bool bar) : c_(std::move(config)), log_(log), bar_(bar) {}
+    TrainResult run();
+
+private:
+    // Everything is read and checked before anything is written: a typo in a flag or a file name leaves
+    // the directory as it was, even with --force.
+    void prepare_directory();  // the run's settings (--resume: run.json, and which checkpoint to continue)
+    void prepare_data();       // the corpus read and the tokenizer trained, in memory
+    void build_model();        // the model, and with --resume its checkpoint loaded
+    void log_heads(const Batch& b, const LossReport& report);
+    void start_writing();      // only now: --force's deletions, the tokenizer, run.json, metrics.jsonl
+    void lock_directory();
+    std::string resume_checkpoint();
+    void check_data_files();  // --resume: the data files are the ones the run started with
+    void check_run_settings(const std::string& path, const RunStamp& stamp) const;
+    void check_reachable(const std::string& path) const;
+    void train_step(const Batch& batch);
+    void log_progress(bool force_line, bool interrupted = false);
+    bool validate();  // false when a signal interrupted it (nothing of it kept: the run still owes it)
+    void validate_now(const ProgressFn& after_each_batch);  // validate()'s work
+    void checkpoint();              // writes one unless the newest already holds this state
+    bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
+    double eta_seconds() const;
+    void write_metrics(const nlohmann::json& j);
+
+    TrainConfig c_;
+    std::ostream& log_;
+    bool bar_;
+    std::string dir_;
+    RunLock lock_;
+    std::string resume_from_;  // --resume: the checkpoint to load ("" = start the run from step 0)
+    std::string updated_run_json_;  // --resume with ResumeChanges: run.json with them ("" = unchanged)
+    RunIdentity identity_;          // the run's id and data files (new: made here; --resume: run.json's)
+
+    TokenizerPair tokenizers_;
+    std::unique_ptr<Batcher> batcher_;
+    std::vector<std::int64_t> overfit_rows_;  // --overfit-batch: the one batch every step trains on
+    std::vector<Example> valid_examples_;
+    std::vector<std::string> valid_src_lines_, valid_ref_lines_;
+    std::unique_ptr<Transformer> model_;
+    std::unique_ptr<Optimizer> optimizer_;
+    std::unique_ptr<WeightAverage> average_;  // --ema: what validation scores and model.safetensors holds
+    Rng dropout_rng_;
+    TrainState state_;
+    Manifest manifest_;
+    std::ofstream metrics_;
+    std::ofstream heads_log_;  // heads.jsonl, with --log-heads-every
+    TrainResult result_;
+
+    // For the next log line (the steps it averages are state_.log_window).
+    double last_grad_norm_ = 0, last_lr_ = 0;
+    std::vector<std::pair<std::string, double>> layer_grad_norms_;  // of the last log step, before clipping
+    TrainState checkpointed_ = no_checkpoint();  // what the newest checkpoint holds (step −1: none yet)
+    static TrainState no_checkpoint() {
+        TrainState s;
+        s.step = -1;
+        return s;
+    }
+    Clock::time_point last_bar_ = Clock::now();
+};
+
+// The highest step metrics.jsonl records (0 when none).
+std::int64_t last_logged_step(const std::string& path) {
+    std::ifstream in(path);
+    std::int64_t last = 0;
+    for (std::string line; std::getline(in, line);) {
+        try {
+            last = std::max(last, json_integer<std::int64_t>(nlohmann::json::parse(line).at("step"), "step"));
+        } catch (const std::exception&) {
+            // a line cut short by a crash
+        }
+    }
+    return last;
+}
+
+void Trainer::lock_directory() {
+    lock_.acquire(dir_);
+    if (const int n = remove_stale_temp_files(dir_))
+        log_ << "removed " << n << " temporary file" << (n == 1 ? "" : "s") << " left in " << dir_
+             << " by a write that was killed\n";
+}
+
+void Trainer::prepare_directory() {
+    dir_ = c_.out_dir;
+    std::error_code ec;
+    if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
+        throw std::runtime_error("--out '" + dir_ + "' exists and is not a directory");
+    if (c_.resume) {
+        // Settings come from the run itself; the stopping rules, threads and the run-time settings of
+        // this call (TrainConfig::ResumeChanges) extend it.
+        TrainConfig stored = load_run_config(dir_, &identity_);
+        lock_directory();
+        const std::int64_t first_checkpoint = stored.checkpoint_every;
+        const TrainConfig::ResumeChanges& change = c_.resume_changes;
+        if (change.log_every) stored.log_every = *change.log_every;
+        if (change.valid_every) stored.valid_every = *change.valid_every;
+        if (change.checkpoint_every) stored.checkpoint_every = *change.checkpoint_every;
+        if (change.keep) stored.keep = *change.keep;
+        // Changed settings stay for later resumes: a plain --resume after --keep 10 must not prune to 3.
+        const std::string updated = run_json(stored, identity_);
+        if (updated != read_file((fs::path(dir_) / "run.json").string())) updated_run_json_ = updated;
+        // A stopping rule set here replaces the run's; the CLI also passes one given as 0 (no limit).
+        stored.max_steps = change.max_steps.value_or(c_.max_steps ? c_.max_steps : stored.max_steps);
+        stored.epochs = change.epochs.value_or(c_.epochs ? c_.epochs : stored.epochs);
+        stored.time_budget_minutes =
+            change.time_budget_minutes.value_or(c_.time_budget_minutes ? c_.time_budget_minutes : stored.time_budget_minutes);
+        if (!stored.max_steps && !stored.epochs && !stored.time_budget_minutes)
+            throw std::invalid_argument("--resume: with these flags the run would have no stopping rule left; give "
+                                        "--max-steps, --epochs or --time-budget a value above 0");
+        stored.threads = c_.threads;
+        stored.check_nan = c_.check_nan;
+        stored.resume = true;
+        c_ = stored;
+        check_schedule_covers_run(c_, true);  // a larger --max-steps must not train at lr 0
+        if (fs::exists(fs::path(dir_) / "state.json", ec)) manifest_ = read_manifest(dir_);
+        resume_from_ = resume_checkpoint();
+        // A run stopped before its first checkpoint has run.json but no checkpoint: it starts again from
+        // step 0 with its own settings and tokenizer, which gives the run it would have been. Not when it
+        // had got past its first checkpoint: then its checkpoints are gone, and starting over would replace
+        // its model.safetensors and metrics.jsonl.
+        const std::int64_t logged = last_logged_step((fs::path(dir_) / "metrics.jsonl").string());
+        if (resume_from_.empty() && logged > first_checkpoint)
+            throw std::runtime_error("cannot resume: " + dir_ + "/metrics.jsonl records step " + std::to_string(logged) +
+                                     ", past the run's first checkpoint (step " + std::to_string(first_checkpoint) +
+                                     "), but " + dir_ + "/checkpoints holds none; put them back, or start the run over "
+                                     "with --force (without --resume)");
+        return;
+    }
+    if (!holds_run(dir_) && !c_.force) {
+        // Not a run, but a file of the name a run writes (a user's vocab.txt or config.toml): never replaced
+        // without being asked.
+        for (const char* f : kRunFiles)
+            if (fs::exists(fs::path(dir_) / f, ec))
+                throw std::runtime_error("--out '" + dir_ + "' holds " + f + ", which this run would replace: move it "
+                                         "away, choose another --out, or give --force to replace it");
+    }
+    if (holds_run(dir_)) {
+        if (!c_.force)
+            throw std::runtime_error("'" + dir_ + "' already holds a training run: continue it with --resume, start over with "
+                                     "--force (deletes the files it wrote, once this run's inputs are read), or choose another --out");
+        lock_directory();  // a run in progress there is refused now, not after reading the data
+    }
+    // A new run: its own id, and its data files by absolute path, so that --resume from another working
+    // directory reads the same files (prepare_data records their size and CRC).
+    identity_.run_id = new_run_id();
+    for (const DataSlot& d : kDataSlots) {
+        std::string& path = c_.data.*d.path;
+        if (!path.empty()) path = fs::absolute(path).lexically_normal().string();
+    }
+}
+
+void Trainer::check_data_files() {
+    const std::string run_json_path = (fs::path(dir_) / "run.json").string();
+    for (const DataSlot& d : kDataSlots) {
+        const std::string& path = c_.data.*d.path;
+        auto recorded = identity_.data.find(d.key);
+        if (recorded == identity_.data.end()) {
+            if (path.empty()) continue;
+            throw std::runtime_error(run_json_path + ": data." + d.key + " '" + path + "' is not a file the run started with " +
+                                     "(data_files records no size and CRC for it: run.json was edited, or it was not a regular " +
+                                     "file, such as a pipe, which cannot be read again); restore run.json or start a new run");
+        }
+        const DataFile& then = recorded->second;
+        if (path.empty())
+            throw std::runtime_error(run_json_path + ": data." + d.key + " is empty, but the run started with " + d.flag + " " +
+                                     then.path + "; restore run.json");
+        std::error_code ec;
+        if (!fs::is_regular_file(path, ec))
+            throw std::runtime_error("the run's " + std::string(d.flag) + ", " + path + ", is gone (moved or deleted?): put it back, "
+                                     "or set data." + d.key + " in " + run_json_path + " to where it is now");
+        const DataFile now = data_file(path);
+        if (now.bytes != then.bytes || now.crc32c != then.crc32c)
+            throw std::runtime_error(path + " (" + d.flag + ") is not the file the run started with: it has " + data_file_text(now) +
+                                     ", the run recorded " + data_file_text(then) + " (changed, shuffled or replaced); "
+                                     "restore it, or start a new run");
+    }
+}
+
+// The checkpoint --resume continues from: the newest one state.json lists that is on disk (after a damaged
+// last checkpoint was refused, the user may have deleted it); without state.json, or when it lists none
+// on disk, the newest checkpoint on disk. "" when there is none: the run stopped before its first one.
+// A damaged file is never skipped silently: loading it fails, naming it and the older one.
+std::string Trainer::resume_checkpoint() {
+    for (auto it = manifest_.kept.rbegin(); it != manifest_.kept.rend(); ++it) {
+        if (!fs::exists(fs::path(dir_) / *it)) continue;
+        if (*it != manifest_.last)
+            log_ << "the last checkpoint " << manifest_.last << " is gone; resuming from the newest kept one, " << *it
+                 << "\n";
+        manifest_.kept.erase(it.base(), manifest_.kept.end());
+        manifest_.last = manifest_.kept.back();
+        return manifest_.last;
+    }
+    const std::vector<std::string> on_disk = checkpoints_on_disk(dir_);
+    if (on_disk.empty()) {
+        if (manifest_.kept.empty()) return "";
+        throw std::runtime_error("cannot resume: none of the checkpoints listed in " + dir_ +
+                                 "/state.json is on disk; start the run over with --force (without --resume)");
+    }
+    log_ << dir_ << "/state.json "
+         << (fs::exists(fs::path(dir_) / "state.json") ? "lists no checkpoint on disk" : "is missing")
+         << "; resuming from the newest checkpoint on disk, " << on_disk.back() << "\n";
+    manifest_.kept = on_disk;
+    manifest_.last = on_disk.back();
+    return manifest_.last;
+}
+
+void Trainer::prepare_data() {
+    if (c_.resume && !identity_.run_id.empty()) check_data_files();
+    if (c_.resume && identity_.run_id.empty())
+        log_ << "this run was started before runs had ids: its settings and data files are not checked against its "
+                "checkpoints (start it over to have them checked)\n";
+    // Every input file is read before any work, so that a wrong name fails at once.
+    const ParallelText train_text = read_parallel(c_.data.train_src, c_.data.train_tgt);
+    ParallelText valid_text;
+    if (!c_.data.valid_src.empty()) valid_text = read_parallel(c_.data.valid_src, c_.data.valid_tgt);
+    if (c_.resume) {
+        tokenizers_ = TokenizerPair::load(dir_);
+    } else {
+        TokenizerOptions opt;
+        opt.kind = c_.data.tokenizer;
+        opt.joint = c_.data.joint_vocab;
+        opt.vocab_size = c_.data.vocab_size;
+        opt.seed = c_.seed;
+        // A fixed count, not --threads: SentencePiece's unigram trainer adds up per-thread sums, so its
+        // vocabulary (and every loss after it) would depend on the thread count.
+        opt.num_threads = kTokenizerThreads;
+        log_ << "training a " << to_string(c_.data.tokenizer) << " tokenizer (" << (opt.joint ? "joint" : "separate")
+             << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
+        tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);  // saved by start_writing
+        // Regular files only: a pipe (--train-src <(zcat ...)) has been read and cannot be read again, nor
+        // resumed from the same bytes.
+        std::error_code ec;
+        for (const DataSlot& d : kDataSlots)
+            if (fs::is_regular_file(c_.data.*d.path, ec)) identity_.data[d.key] = data_file(c_.data.*d.path);
+    }
+    EncodedCorpus train = encode_parallel(train_text, tokenizers_, c_.data.max_len);
+    if (train.examples.empty())
+        throw std::runtime_error("no training pairs left from '" + c_.data.train_src + "' after filtering (" +
+                                 train.stats.summary() + ")");
+    state_.skipped_empty = train.stats.empty_skipped;
+    state_.filtered_long = train.stats.too_long;
+    log_ << "training data: " << train.stats.summary() << "\n";
+    BatcherOptions bo;
+    bo.batch_tokens = c_.data.batch_tokens;
+    bo.seed = c_.seed;
+    batcher_ = std::make_unique<Batcher>(std::move(train.examples), bo);
+    if (c_.overfit_batch) {
+        overfit_rows_ = first_batch(batcher_->examples(), c_.data.batch_tokens);
+        const Batch b = batcher_->batch(overfit_rows_);
+        log_ << "--overfit-batch: every step trains on the first " << b.B << " pair" << (b.B == 1 ? "" : "s")
+             << " of the training file (" << b.num_tgt_tokens << " target tokens); the loss should fall to about "
+             << (c_.optim.label_smoothing > 0 ? "the label-smoothing floor (the nll to 0)" : "0") << "\n";
+    }
+
+    if (!c_.data.valid_src.empty()) {
+        EncodedCorpus valid = encode_parallel(valid_text, tokenizers_, c_.data.max_len);
+        // Validation on none of the pairs would never choose a best model: refuse, as for training data.
+        if (valid.examples.empty())
+            throw std::runtime_error("no validation pairs left from '" + c_.data.valid_src + "' after filtering (" +
+                                     valid.stats.summary() + "); raise --max-len or check the files");
+        if (valid.stats.too_long > 0)
+            log_ << "warning: " << valid.stats.too_long << " validation pairs have more than --max-len " << c_.data.max_len
+                 << " tokens on a side and are not validated on\n";
+        valid_examples_ = std::move(valid.examples);
+        valid_src_lines_ = valid_text.source;
+        valid_ref_lines_ = valid_text.target;
+        if (c_.valid_bleu_sentences > 0 && static_cast<std::int64_t>(valid_src_lines_.size()) > c_.valid_bleu_sentences) {
+            valid_src_lines_.resize(c_.valid_bleu_sentences);
+            valid_ref_lines_.resize(c_.valid_bleu_sentences);
+        }
+        log_ << "validation data: " << valid.stats.summary() << "\n";
+    }
+}
+
+void Trainer::build_model() {
+    ModelConfig& m = c_.model;
+    m.src_vocab = tokenizers_.source->vocab_size();
+    m.tgt_vocab = tokenizers_.target->vocab_size();
+    m.pad_id = kPadId;
+    m.bos_id = kBosId;
+    m.eos_id = kEosId;
+    // Decoding may run longer than training sentences: the positional table covers the decode cap too.
+    m.max_len = std::max<std::int64_t>(m.max_len, c_.data.max_len + 2);
+    model_ = std::make_unique<Transformer>(m, c_.seed);
+    const ParamList params = model_->parameters();
+    AdamOptions ao{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay};
+    if (c_.optim.optimizer == "adam") optimizer_ = std::make_unique<Adam>(params, ao);
+    else if (c_.optim.optimizer == "adamw") optimizer_ = std::make_unique<AdamW>(params, ao);
+    else optimizer_ = std::make_unique<Sgd>(params, SgdOptions{c_.optim.momentum, 0, false, c_.optim.weight_decay});
+    if (c_.optim.ema > 0) average_ = std::make_unique<WeightAverage>(params, c_.optim.ema);
+    c_.optim.schedule.d_model = m.d_model;
+    dropout_rng_ = Rng(hash64(c_.seed, 0xD409));
+
+    if (c_.resume && resume_from_.empty()) {
+        log_ << "no checkpoint in " << dir_ << " yet (the run stopped before its first one): starting it from step 0\n";
+    } else if (c_.resume) {
+        const std::string path = (fs::path(dir_) / resume_from_).string();
+        const auto prev_stats = std::make_pair(state_.skipped_empty, state_.filtered_long);
+        try {
+            RunStamp stamp;
+            state_ = load_training_checkpoint(path, *model_, *optimizer_, tokenizer_hash(tokenizers_), average_.get(), &stamp);
+            if (stamp.run_id != identity_.run_id)
+                throw std::runtime_error(path + ": a checkpoint of another run (" +
+                                         (stamp.run_id.empty() ? std::string("no run id") : "run id " + stamp.run_id) + "; this run, " +
+                                         dir_ + "/run.json, is " +
+                                         (identity_.run_id.empty() ? std::string("of no run id") : "run " + identity_.run_id) +
+                                         "); move it out of " + dir_ + "/checkpoints");
+            check_run_settings(path, stamp);
+            // The state must be the one this file's name and this run's data allow.
+            if (state_.step != checkpoint_step(resume_from_))
+                throw std::runtime_error(path + ": its training state is at step " + std::to_string(state_.step) +
+                                         ", not at the step its name gives (" + std::to_string(checkpoint_step(resume_from_)) + ")");
+            if (state_.batch_in_epoch > batcher_->num_batches())
+                throw std::runtime_error(path + ": its training state is at batch " + std::to_string(state_.batch_in_epoch) +
+                                         " of an epoch, but the run's training data gives " +
+                                         std::to_string(batcher_->num_batches()) + " batches per epoch");
+            check_reachable(path);
+        } catch (const std::runtime_error& e) {
+            if (manifest_.kept.size() < 2) throw;
+            const std::string& older = manifest_.kept[manifest_.kept.size() - 2];
+            throw std::runtime_error(std::string(e.what()) +
+                                     " (an older checkpoint is kept: delete this file and --resume continues from " + older + ")");
+        }
+        std::tie(state_.skipped_empty, state_.filtered_long) = prev_stats;
+        dropout_rng_.offset = state_.dropout_offset;
+        checkpointed_ = state_;
+        log_ << "resuming from " << path << " (step " << state_.step << ", epoch " << state_.epoch + 1 << ")\n";
+    }
+    log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
+         << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
+         << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << "); " << batcher_->num_batches()
+         << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
+         << (precision() == Precision::BF16 ? "; bf16 products" : "") << "; lr " << c_.optim.schedule.describe()
+         << (average_ ? "; validates a weight average (ema " + fmt("%g", c_.optim.ema) + ")" : std::string()) << "\n";
+}
+
+// The settings that decide the run (all but those may_change_mid_run) must be those the checkpoint was
+// trained with, and so must the data files' records: an edited run.json (another seed, other data)
+// would otherwise continue silently into other losses. A checkpoint without run.json (written before
+// checkpoints kept it) has nothing to compare with.
+void Trainer::check_run_settings(const std::string& path, const RunStamp& stamp) const {
+    if (stamp.run_json.empty()) return;
+    const std::string run_json_path = (fs::path(dir_) / "run.json").string();
+    TrainConfig then;
+    RunIdentity then_identity;
+    try {
+        then = train_config_from_json(stamp.run_json);
+        then_identity = run_identity_from_json(stamp.run_json);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": the run.json it keeps cannot be read: " + e.what());
+    }
+    const std::string fix = ": the settings that decide a run cannot change mid-run; restore run.json, or start a new run";
+    for (const Setting<TrainConfig>& s : train_settings()) {
+        if (s.key.empty() || may_change_mid_run(s.key)) continue;
+        const std::string now = s.get(c_), before = s.get(then);
+        if (now != before)
+            throw std::runtime_error(run_json_path + ": " + s.key + (s.name.empty() ? "" : " (--" + s.name + ")") + " is " + now +
+                                     ", but " + path + " was trained with " + before + fix);
+    }
+    for (const DataSlot& d : kDataSlots) {
+        const auto a = identity_.data.find(d.key);
+        const auto b = then_identity.data.find(d.key);
+        const std::string now = a == identity_.data.end() ? "none" : data_file_text(a->second);
+        const std::string before = b == then_identity.data.end() ? "none" : data_file_text(b->second);
+        if (now != before)
+            throw std::runtime_error(run_json_path + ": data_files." + d.key + " (" + d.flag + ") records " + now + ", but " + path +
+                                     " was trained on " + before + fix);
+    }
+}
+
+// A training state the run reaches, checked against itself (train_state_from_json) and here against the
+// run's settings and data: its checksum only shows that nothing was corrupted, and a program that edits
+// the state can recompute it.
+void Trainer::check_reachable(const std::string& path) const {
+    const TrainState& s = state_;
+    auto refuse = [&](const std::string& what) { throw std::runtime_error(path + ": its training state " + what + ", which this run does not reach"); };
+    const std::int64_t batches = batcher_->num_batches();
+    if (c_.overfit_batch) {
+        if (s.epoch != 0 || s.batch_in_epoch != 0)
+            refuse("is at epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch_in_epoch) +
+                   " (--overfit-batch trains one endless epoch)");
+    } else if ((s.step - s.batch_in_epoch) % batches != 0 || (s.step - s.batch_in_epoch) / batches != s.epoch) {
+        // Each batch is one step: step = epoch · batches per epoch + batch_in_epoch (epoch <= step, checked).
+        refuse("is at epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch_in_epoch) + " of it at step " +
+               std::to_string(s.step) + " (with " + std::to_string(batches) + " batches per epoch, step " + std::to_string(s.step) +
+               " is epoch " + std::to_string((s.step - s.batch_in_epoch) / batches + 1) + ")");
+    }
+    if (valid_examples_.empty() && (s.valid_step >= 0 || s.best_step >= 0))
+        refuse("records a validation at step " + std::to_string(std::max(s.valid_step, s.best_step)) + " (the run has no validation data)");
+    if (s.best_step < 0 && s.best_score != 0) refuse("has a best score without a validation");
+    if (s.best_step >= 0 && (c_.valid_bleu ? s.best_score < 0 || s.best_score > 100 : s.best_score > 0))
+        refuse("has best score " + fmt("%g", s.best_score) + (c_.valid_bleu ? " (a BLEU is between 0 and 100)" : " (-loss is at most 0)"));
+    // Every step trains on at least one target token (each row ends with EOS) and at most --batch-tokens.
+    if (s.target_tokens < s.step || (s.step > 0 && (s.target_tokens - 1) / c_.data.batch_tokens >= s.step))
+        refuse("counts " + std::to_string(s.target_tokens) + " target tokens in " + std::to_string(s.step) + " steps of at most " +
+               std::to_string(c_.data.batch_tokens));
+    const TrainState::LogWindow& w = s.log_window;
+    if (w.tokens < w.steps || w.tokens > s.target_tokens || w.seconds > s.train_seconds)
+        refuse("has a log window of " + std::to_string(w.steps) + " steps, " + std::to_string(w.tokens) + " tokens and " +
+               fmt("%g", w.seconds) + " s in a run of " + std::to_string(s.target_tokens) + " tokens and " + fmt("%g", s.train_seconds) + " s");
+}
+
+void Trainer::start_writing() {
+    std::error_code ec;
+    if (!lock_.held()) {
+        fs::create_directories(dir_, ec);
+        if (ec) throw std::runtime_error("cannot create '" + dir_ + "': " + ec.message());
+        lock_directory();
+    }
+    if (!c_.resume) {
+        if (holds_run(dir_)) {  // with --force (prepare_directory refused it otherwise)
+            log_ << "--force: deleting the previous run's files in " << dir_ << "\n";
+            remove_run_files(dir_);
+        }
+        tokenizers_.save(dir_);
+        write_file_atomic((fs::path(dir_) / "run.json").string(), run_json(c_, identity_));
+        write_file_atomic((fs::path(dir_) / "config.toml").string(), to_toml(c_));
+    }
+    if (!updated_run_json_.empty()) write_file_atomic((fs::path(dir_) / "run.json").string(), updated_run_json_);
+    fs::create_directories(fs::path(dir_) / "checkpoints", ec);
+    if (ec) throw std::runtime_error("cannot create '" + dir_ + "/checkpoints': " + ec.message());
+    const std::string metrics = (fs::path(dir_) / "metrics.jsonl").string();
+    if (c_.resume) truncate_metrics(metrics, state_.step);  // a resumed run continues from its checkpoint's step
+    metrics_.open(metrics, std::ios::app);
+    if (!metrics_) throw std::runtime_error("cannot write '" + metrics + "'");
+    if (c_.log_heads_every) {
+        const std::string heads = (fs::path(dir_) / "heads.jsonl").string();
+        if (c_.resume) truncate_metrics(heads, state_.step);
+        heads_log_.open(heads, std::ios::app);
+        if (!heads_log_) throw std::runtime_error("cannot write '" + heads + "'");
+    }
+}
+
+void Trainer::write_metrics(const nlohmann::json& j) {
+    metrics_ << j.dump() << "\n";
+    metrics_.flush();
+    if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
+}
+
+// One heads.jsonl line: what measure_training_step (heads.h) reads off this step's gradients and weights.
+void Trainer::log_heads(const Batch& b, const LossReport& report) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (const HeadStats& h : measure_training_step(*model_, b))
+        heads.push_back({{"head", h.id.str()}, {"importance", h.importance}, {"importance_raw", h.importance_raw},
+                         {"grad_wq", h.grad_wq}, {"grad_wk", h.grad_wk}, {"grad_wv", h.grad_wv}, {"grad_wo", h.grad_wo},
+                         {"entropy", h.entropy}, {"entropy_normalised", h.entropy_normalised}});
+    const nlohmann::json j = {{"step", state_.step}, {"epoch", state_.epoch + 1}, {"tokens", report.tokens},
+                              {"loss", report.loss},
+                              {"measured", "this training step's batch, dropout and label smoothing on; importance = "
+                                           "|<W_o^h, dL/dW_o^h>| of the mean loss, before clipping"},
+                              {"heads", heads}};
+    heads_log_ << j.dump() << "\n";
+    heads_log_.flush();
+    if (!heads_log_) throw std::runtime_error("cannot write '" + dir_ + "/heads.jsonl' (is the disk full?)");
+}
+
+void Trainer::train_step(const Batch& b) {
+    const auto t0 = Clock::now();
+    ++state_.step;
+    const double lr = c_.optim.schedule.lr_at(state_.step);
+    LossReport report;
+    Pass pass{&dropout_rng_};
+    pass.fuse_attention = true;  // the same numbers as the composed ops (ops.h attention_heads), faster
+    const bool heads_step = c_.log_heads_every && state_.step % c_.log_heads_every == 0;
+    pass.keep_attention = heads_step;  // the attention weights, for the entropy in heads.jsonl
+    Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, pass);
+    // Nothing reads the logits after the loss's backward, so its gradient may take their memory; not with
+    // --check-nan, which keeps the tape to look at every value.
+    Tensor loss = sequence_loss(logits, b.target, model_->config.pad_id, real(c_.optim.label_smoothing), &report,
+                                /*consume_logits=*/!c_.check_nan);
+    logits = Tensor();
+    if (!std::isfinite(report.loss)) {
+        std::string where = c_.check_nan ? "; " + first_nonfinite_op() : " (run with --check-nan to find the op)";
+        tape().clear();
+        throw std::runtime_error("non-finite loss at step " + std::to_string(state_.step) + where +
+                                 "; the last checkpoint stays intact — try a lower learning rate or --clip");
+    }
+    optimizer_->zero_grad();
+    backward(loss, /*keep_tape=*/c_.check_nan);
+    // The norm is finite exactly when every gradient is: the pass that clipping needs is the check.
+    last_grad_norm_ = grad_norm(optimizer_->params());
+    if (!std::isfinite(last_grad_norm_)) {
+        const std::string bad = first_nonfinite_grad(optimizer_->params()).value_or("a parameter");
+        std::string where = c_.check_nan ? "; " + first_nonfinite_backward() : " (run with --check-nan to find the op)";
+        tape().clear();
+        throw std::runtime_error("non-finite gradient of " + bad + " at step " + std::to_string(state_.step) + where +
+                                 "; the last checkpoint stays intact");
+    }
+    tape().clear();
+    if (heads_step) log_heads(b, report);  // gradients before clipping
+    if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
+    // Clipping (torch's clip_grad_norm_) as the optimizer's factor on the gradients: the same update.
+    optimizer_->step(lr, c_.optim.clip > 0 ? clip_coefficient(last_grad_norm_, c_.optim.clip) : 1.0);
+    if (average_) average_->update(state_.step);
+    optimizer_->zero_grad(/*set_to_none=*/true);  // until the next backward, the gradients' memory serves activations
+    state_.dropout_offset = dropout_rng_.offset;
+    state_.target_tokens += report.tokens;
+
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    state_.train_seconds += seconds;
+    TrainState::LogWindow& window = state_.log_window;
+    window.seconds += seconds;
+    window.loss += report.loss * double(report.tokens);
+    window.nll += report.nll * double(report.tokens);
+    window.tokens += report.tokens;
+    ++window.steps;
+    last_lr_ = lr;
+    result_.last_loss = report.loss;
+}
+
+double Trainer::eta_seconds() const {
+    const TrainState::LogWindow& window = state_.log_window;
+    const double per_step = window.steps ? window.seconds / double(window.steps) : 0;
+    double eta = std::numeric_limits<double>::infinity();
+    if (c_.max_steps) eta = std::min(eta, double(c_.max_steps - state_.step) * per_step);
+    if (c_.epochs) {
+        const std::int64_t total = c_.epochs * batcher_->num_batches();
+        const std::int64_t done = state_.epoch * batcher_->num_batches() + state_.batch_in_epoch;
+        eta = std::min(eta, double(total - done) * per_step);
+    }
+    if (c_.time_budget_minutes) eta = std::min(eta, c_.time_budget_minutes * 60 - state_.train_seconds);
+    return eta;
+}
+
+// A metrics line every --log-every steps, averaging the steps since the last one (state_.log_window), and
+// at the end of the run. An interrupted run only prints the window so far: the window stays in the
+// checkpoint, and the resumed run writes the line at the same step as the uninterrupted run would.
+void Trainer::log_progress(bool force_line, bool interrupted) {
+    TrainState::LogWindow& window = state_.log_window;
+    const bool at_log_step = state_.step % c_.log_every == 0;
+    if (!at_log_step && !force_line) {
+        // The live bar: redraw at most ten times a second.
+        if (bar_ && Clock::now() - last_bar_ > std::chrono::milliseconds(100) && window.tokens > 0) {
+            last_bar_ = Clock::now();
+            double total = c_.max_steps ? double(c_.max_steps) : 0;
+            if (c_.epochs) total = total ? std::min(total, double(c_.epochs * batcher_->num_batches())) : double(c_.epochs * batcher_->num_batches());
+            double frac = total > 0 ? double(state_.step) / total : state_.train_seconds / (c_.time_budget_minutes * 60);
+            frac = std::clamp(frac, 0.0, 1.0);
+            const int width = 20, filled = static_cast<int>(frac * width);
+            const double loss = window.loss / double(window.tokens), nll = window.nll / double(window.tokens);
+            log_ << "\r\033[K[" << std::string(filled, '#') << std::string(width - filled, '.') << "] step " << state_.step
+                 << " | ep " << state_.epoch + 1 << " | loss " << fmt("%.3f", loss) << " | ppl " << fmt("%.2f", std::exp(nll))
+                 << " | lr " << fmt("%.2e", last_lr_) << " | " << fmt("%.0f", double(window.tokens) / window.seconds)
+                 << " tok/s | ETA " << clock_text(eta_seconds()) << std::flush;
+        }
+        return;
+    }
+    if (window.tokens == 0) return;
+    const double loss = window.loss / double(window.tokens), nll = window.nll / double(window.tokens);
+    const double tok_s = double(window.tokens) / window.seconds;
+    if (bar_) log_ << "\r\033[K";
+    log_ << "step " << state_.step << " | epoch " << state_.epoch + 1 << " | loss " << fmt("%.4f", loss) << " | nll "
+         << fmt("%.4f", nll) << " | ppl " << fmt("%.2f", std::exp(nll)) << " | lr " << fmt("%.3e", last_lr_) << " | |g| "
+         << fmt("%.3f", last_grad_norm_) << " | " << fmt("%.0f", tok_s) << " tgt tok/s | " << clock_text(state_.train_seconds)
+         << " elapsed | ETA " << clock_text(eta_seconds()) << (interrupted ? " (interrupted)" : "") << "\n";
+    if (interrupted) return;
+    nlohmann::json line = {{"type", "train"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"loss", loss}, {"nll", nll},
+                           {"ppl", std::exp(nll)}, {"lr", last_lr_}, {"grad_norm", last_grad_norm_}, {"tok_per_s", tok_s},
+                           {"elapsed", state_.train_seconds}};
+    // [[layer, ‖g‖], ...] of this step, before clipping (tapeformer report draws them); only at log steps.
+    if (state_.step % c_.log_every == 0 && !layer_grad_norms_.empty()) line["layer_grad_norms"] = layer_grad_norms_;
+    layer_grad_norms_.clear();
+    write_metrics(line);
+    window = TrainState::LogWindow{};
+}
+
+// A signal during validation ends it after the batch under way: a large validation set must not keep a
+// Ctrl-C waiting for minutes. Nothing of an interrupted validation is kept (valid_step stays as it was),
+// so the checkpoint still owes it and the resumed run validates this step first.
+bool Trainer::validate() {
+    if (valid_examples_.empty() || state_.valid_step == state_.step) return true;
+    if (bar_) log_ << "\r\033[K";
+    log_ << "validating at step " << state_.step << " (" << valid_examples_.size() << " pairs"
+         << (c_.valid_bleu ? ", BLEU of " + std::to_string(valid_src_lines_.size()) + " sentences" : std::string()) << ")\n";
+    struct Interrupted {};
+    const ProgressFn stop_on_signal = [](std::int64_t, std::int64_t) {
+        if (g_signal.load()) throw Interrupted{};
+    };
+    try {
+        validate_now(stop_on_signal);
+    } catch (const Interrupted&) {
+        log_ << "validation at step " << state_.step << " interrupted; a resumed run validates this step first\n";
+        return false;
+    }
+    return true;
+}
+
+void Trainer::validate_now(const ProgressFn& after_each_batch) {
+    const auto t0 = Clock::now();
+    const AveragedWeightsScope averaged(average_.get());  // --ema: the average is what is scored and kept
+    const LossReport loss =
+        teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing, after_each_batch);
+    nlohmann::json j = {{"type", "valid"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"valid_loss", loss.loss},
+                        {"valid_nll", loss.nll}, {"valid_ppl", loss.ppl}, {"elapsed", state_.train_seconds},
+                        {"weights", average_ ? "ema" : "last"}};
+    double score = -loss.loss;
+    std::string bleu_text;
+    if (c_.valid_bleu) {
+        const auto hyps = translate_lines(*model_, tokenizers_, valid_src_lines_, DecodeOptions{}, c_.data.batch_tokens,
+                                          after_each_batch);
+        std::vector<std::string> refs;
+        for (const auto& r : valid_ref_lines_) refs.emplace_back(trim(r));
+        const BleuScore bleu = corpus_bleu(hyps, refs);
+        j["valid_bleu"] = bleu.score;
+        score = bleu.score;
+        bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score);
+        result_.best_valid_bleu = std::max(result_.best_valid_bleu, bleu.score);
+    }
+    state_.valid_step = state_.step;  // done: from here on nothing can be interrupted
+    result_.best_valid_loss = result_.best_valid_loss < 0 ? loss.loss : std::min(result_.best_valid_loss, loss.loss);
+    const bool improved = state_.best_step < 0 || score > state_.best_score;
+    if (improved) {
+        state_.best_score = score;
+        state_.best_step = state_.step;
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_),
+                           RunStamp{identity_.run_id, state_.step, ""});
+    }
+    j["best"] = improved;
+    write_metrics(j);
+    log_ << "valid @ step " << state_.step << (average_ ? " (weight average)" : "") << " | loss " << fmt("%.4f", loss.loss) << " | nll " << fmt("%.4f", loss.nll)
+         << " | ppl " << fmt("%.2f", loss.ppl) << bleu_text << (improved ? " | new best, saved model.safetensors" : "")
+         << " (" << fmt("%.1f", std::chrono::duration<double>(Clock::now() - t0).count()) << " s)\n";
+}
+
+// Not only the step: a validation, the end of an epoch or the run's last metrics line after the checkpoint
+// at this step changes what a resumed run must do, so the checkpoint is written again.
+bool Trainer::unsaved_changes() const {
+    const TrainState &now = state_, &saved = checkpointed_;
+    return now.step != saved.step || now.epoch != saved.epoch || now.batch_in_epoch != saved.batch_in_epoch ||
+           now.valid_step != saved.valid_step || now.best_step != saved.best_step ||
+           now.log_window.steps != saved.log_window.steps;
+}
+
+void Trainer::checkpoint() {
+    if (!unsaved_changes()) return;
+    checkpointed_ = state_;
+    const std::string name = checkpoint_name(state_.step);
+    save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_, tokenizer_hash(tokenizers_),
+                             average_.get(), RunStamp{identity_.run_id, -1, run_json(c_, identity_)});
+    // Until a validation has chosen the best weights (and always without validation data), the weights to
+    // use are the last ones (their average, with --ema): a run killed before its first validation still
+    // leaves a usable model.
+    if (valid_examples_.empty() || state_.best_step < 0) {
+        const AveragedWeightsScope averaged(average_.get());
+        save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_),
+                           RunStamp{identity_.run_id, state_.step, ""});
+    }
+    manifest_.last = name;
+    manifest_.kept.erase(std::remove(manifest_.kept.begin(), manifest_.kept.end(), name), manifest_.kept.end());
+    manifest_.kept.push_back(name);
+    std::vector<std::string> dropped;
+    while (static_cast<int>(manifest_.kept.size()) > c_.keep) {
+        dropped.push_back(manifest_.kept.front());
+        manifest_.kept.erase(manifest_.kept.begin());
+    }
+    write_manifest(dir_, manifest_, state_);  // only now is the new checkpoint the one to resume from
+    std::error_code ec;
+    // --keep-every: those steps' checkpoints stay on disk when they leave the rotation.
+    auto kept_for_good = [&](const std::string& f) { return c_.keep_every && checkpoint_step(f) % c_.keep_every == 0; };
+    for (const auto& f : dropped)
+        if (!kept_for_good(f)) fs::remove(fs::path(dir_) / f, ec);
+    // Older checkpoints that a kill between state.json and the pruning above left behind.
+    const std::int64_t oldest_kept = checkpoint_step(manifest_.kept.front());
+    for (const std::string& f : checkpoints_on_disk(dir_))
+        if (checkpoint_step(f) < oldest_kept && !kept_for_good(f)) fs::remove(fs::path(dir_) / f, ec);
+}
+
+TrainResult Trainer::run() {
+    set_threads(c_.threads);
+    SignalScope signals(num_threads());  // from the start: reading data and training a tokenizer can take minutes
+    prepare_directory();
+    // The run's precision (its own on --resume), for this run only.
+    struct RestoreFp32 {
+        ~RestoreFp32() { set_precision(Precision::FP32); }
+    } restore_fp32;
+    if (const std::string note = set_precision(c_.precision); !note.empty()) log_ << note << "\n";
+    prepare_data();
+    build_model();
+    if (g_signal.load()) {  // nothing written yet: end here, leaving the directory as it was
+        log_ << "interrupted before training started; nothing was written to " << dir_ << "\n";
+        result_.interrupted = true;
+        result_.stop_reason = "interrupted";
+        result_.steps = state_.step;
+        return result_;
+    }
+    start_writing();
+    const std::int64_t first_step = state_.step;
+
+    auto stop_reason = [&]() -> std::string {
+        if (g_signal.load()) return "interrupted";
+        if (c_.max_steps && state_.step >= c_.max_steps) return "max steps";
+        if (c_.time_budget_minutes && state_.train_seconds >= c_.time_budget_minutes * 60) return "time budget";
+        if (c_.epochs && state_.epoch >= c_.epochs) return "epochs";
+        return "";
+    };
+    auto end_epoch = [&]() {
+        ++state_.epoch;
+        state_.batch_in_epoch = 0;
+        if (c_.valid_every == 0) validate();
+    };
+    // A checkpoint at an epoch's last batch was saved before the epoch ended: a resumed run ends it first,
+    // as the run did, whatever its stopping rule says.
+    if (state_.batch_in_epoch >= batcher_->num_batches()) end_epoch();
+    // A validation interrupted by a signal is owed: the resumed run makes it before its next step.
+    const bool validation_due = c_.valid_every ? state_.step > 0 && state_.step % c_.valid_every == 0
+                                               : state_.epoch > 0 && state_.batch_in_epoch == 0;
+    if (c_.resume && validation_due) validate();
+    std::string reason = stop_reason();
+    while (reason.empty()) {
+        if (c_.overfit_batch) {  // one batch, one endless epoch (validate() asks for --max-steps or --time-budget)
+            train_step(batcher_->batch(overfit_rows_));
+            log_progress(false);
+            if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
+            if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();
+            reason = stop_reason();
+            continue;
+        }
+        const auto plan = batcher_->epoch_plan(state_.epoch);
+        while (state_.batch_in_epoch < static_cast<std::int64_t>(plan.size()) && reason.empty()) {
+            train_step(batcher_->batch(plan[state_.batch_in_epoch]));
+            ++state_.batch_in_epoch;
+            log_progress(false);
+            if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
+            if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();
+            reason = stop_reason();
+        }
+        if (state_.batch_in_epoch >= static_cast<std::int64_t>(plan.size())) {
+            end_epoch();
+            if (reason.empty()) reason = stop_reason();
+        }
+    }
+    result_.interrupted = reason == "interrupted";
+    log_progress(true, result_.interrupted);
+    // The run ends with a validation of its last weights (unless interrupted: the resumed run owes it).
+    if (!result_.interrupted && !validate()) {
+        result_.interrupted = true;
+        reason = "interrupted";
+    }
+    if (c_.resume && state_.step == first_step && !unsaved_changes() && !result_.interrupted) {
+        // Resumed a run that had already reached its stopping rule and validated: nothing to rewrite.
+        log_ << "the run in " << dir_ << " already reached its stopping rule at step " << state_.step
+             << "; extend it with --max-steps, --epochs or --time-budget\n";
+        result_.steps = state_.step;
+        result_.stop_reason = reason;
+        return result_;
+    }
+    checkpoint();
+    result_.steps = state_.step;
+    result_.train_seconds = state_.train_seconds;
+    result_.stop_reason = reason;
+    if (result_.interrupted)
+        log_ << "interrupted at step " << state_.step << "; checkpoint saved. Resume with: tapeformer train --out " << dir_
+             << " --resume\n";
+    else
+        log_ << "stopped after " << state_.step << " steps (" << reason << "), " << clock_text(state_.train_seconds)
+             << " of training" << (state_.best_step >= 0 ? "; best validation at step " + std::to_string(state_.best_step) : "")
+             << "; model: " << (fs::path(dir_) / "model.safetensors").string() << "\n";
+    return result_;
+}
+
+}  // namespace
+
+TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar) {
+    config.validate();
+    Trainer trainer(std::move(config), log, progress_bar);
+    return trainer.run();
+}
+
+TF_NAMESPACE_END

@@ -1,0 +1,573 @@
+// The settings of `tapeformer train`, once, and everything built from the table: merging, config.toml,
+// run.json. See train_settings.h.
+#include "tapeformer/run/train_settings.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <toml++/toml.h>
+
+#include "tapeformer/run/checkpoint.h"
+#include "tapeformer/io.h"
+#include "run/json_integer.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+constexpr double kSteps = 1e12;  // bound of step counts: far beyond any run, far below overflow
+constexpr double kDefaultAbsoluteLr = 5e-4;  // --lr when --schedule is not noam and --lr is not given
+
+std::vector<Setting<TrainConfig>> build_table() {
+    using T = TrainConfig;
+    std::vector<Setting<T>> t;
+    const std::string data = "Data", model = "Model", opt = "Optimisation", run = "Run";
+
+    t.push_back(text_setting<T>("train-src", "data.train_src", data, "Training source sentences",
+                                [](auto& c) -> auto& { return c.data.train_src; }));
+    t.push_back(text_setting<T>("train-tgt", "data.train_tgt", data, "Training target sentences, aligned by line",
+                                [](auto& c) -> auto& { return c.data.train_tgt; }));
+    t.push_back(text_setting<T>("valid-src", "data.valid_src", data,
+                                "Validation source sentences (for loss, BLEU and the best model)",
+                                [](auto& c) -> auto& { return c.data.valid_src; }));
+    t.push_back(text_setting<T>("valid-tgt", "data.valid_tgt", data, "Validation target sentences",
+                                [](auto& c) -> auto& { return c.data.valid_tgt; }));
+    t.push_back(choice_setting<T>("tokenizer", "data.tokenizer", data, "Tokenizer: word = whitespace-separated words, bpe or unigram = SentencePiece",
+                                  {"word", "bpe", "unigram"}, [](auto& c) -> auto& { return c.data.tokenizer; },
+                                  parse_tokenizer_kind, [](TokenizerKind k) { return to_string(k); }));
+    t.push_back(integer_setting<T>("vocab-size", "data.vocab_size", data,
+                                   "Vocabulary entries (SentencePiece: exact; word: at most, 0 = all)", 0,
+                                   static_cast<double>(ModelConfig::kMaxVocab), [](auto& c) -> auto& { return c.data.vocab_size; }));
+    t.push_back(bool_setting<T>("joint-vocab", "data.joint_vocab", data, "One vocabulary for both languages", "separate-vocab",
+                                [](auto& c) -> auto& { return c.data.joint_vocab; }));
+    t.push_back(integer_setting<T>("max-len", "data.max_len", data, "Drop training pairs with more tokens than this on either side",
+                                   1, 65535, [](auto& c) -> auto& { return c.data.max_len; }));
+    t.push_back(integer_setting<T>("batch-tokens", "data.batch_tokens", data, "Padded tokens per batch: sentences x max(S, T)",
+                                   1, 1e8, [](auto& c) -> auto& { return c.data.batch_tokens; }));
+
+    // The model's own settings, stored in run.json under "model" as in the weights file's metadata.
+    for (const Setting<ModelConfig>& s : ModelConfig::settings()) {
+        Setting<T> lifted = lift_setting<T>(s, [](auto& c) -> auto& { return c.model; });
+        lifted.key = "model." + s.key;
+        t.push_back(lifted);
+        if (s.name == "ffn") {  // the alias, listed beside the two settings it sets
+            Setting<T> layers = integer_setting<T>("layers", "", model, "Encoder and decoder layers (sets both)", 1, 64,
+                                                   [](auto& c) -> auto& { return c.model.enc_layers; });
+            layers.set = [check = layers.set](T& c, const std::string& text) {
+                check(c, text);
+                c.model.dec_layers = c.model.enc_layers;
+            };
+            t.push_back(layers);
+        }
+    }
+
+    t.push_back(choice_setting<T>("optimizer", "optim.optimizer", opt, "Optimizer", {"adam", "adamw", "sgd"},
+                                  [](auto& c) -> auto& { return c.optim.optimizer; },
+                                  [](const std::string& s) { return s; }, [](const std::string& s) { return s; }));
+    t.push_back(real_setting<T>("lr", "optim.lr", opt,
+                                "Learning rate: for noam the factor in front of d_model^-0.5 (default 1), for the other\n"
+                                "schedules the peak rate itself (default 0.0005)",
+                                0, 1000, [](auto& c) -> auto& { return c.optim.schedule.lr; }, true));
+    t.push_back(choice_setting<T>("schedule", "optim.schedule", opt, "Learning-rate schedule",
+                                  {"noam", "inverse_sqrt", "cosine", "linear", "constant"},
+                                  [](auto& c) -> auto& { return c.optim.schedule.kind; }, parse_schedule_kind,
+                                  [](ScheduleKind k) { return schedule_kind_name(k); }));
+    t.push_back(integer_setting<T>("warmup", "optim.warmup", opt, "Warmup steps", 0, 1e9,
+                                   [](auto& c) -> auto& { return c.optim.schedule.warmup; }));
+    t.push_back(integer_setting<T>("total-steps", "optim.total_steps", opt,
+                                   "Steps over which cosine/linear decay (default: --max-steps)", 0, kSteps,
+                                   [](auto& c) -> auto& { return c.optim.schedule.total_steps; }));
+    t.push_back(real_setting<T>("min-lr", "optim.min_lr", opt, "Floor of cosine/linear decay", 0, 1000,
+                                [](auto& c) -> auto& { return c.optim.schedule.min_lr; }));
+    t.push_back(real_setting<T>("beta1", "optim.beta1", opt, "Adam beta1", 0, 1, [](auto& c) -> auto& { return c.optim.beta1; },
+                                false, true));
+    t.push_back(real_setting<T>("beta2", "optim.beta2", opt, "Adam beta2", 0, 1, [](auto& c) -> auto& { return c.optim.beta2; },
+                                false, true));
+    t.push_back(real_setting<T>("adam-eps", "optim.eps", opt, "Adam epsilon", 0, 1, [](auto& c) -> auto& { return c.optim.eps; },
+                                true));
+    t.push_back(real_setting<T>("weight-decay", "optim.weight_decay", opt, "Weight decay (L2 for adam/sgd, decoupled for adamw)",
+                                0, 10, [](auto& c) -> auto& { return c.optim.weight_decay; }));
+    t.push_back(real_setting<T>("momentum", "optim.momentum", opt, "SGD momentum", 0, 1,
+                                [](auto& c) -> auto& { return c.optim.momentum; }, false, true));
+    t.push_back(real_setting<T>("clip", "optim.clip", opt, "Clip the global gradient norm to this (0 = off)", 0, 1e9,
+                                [](auto& c) -> auto& { return c.optim.clip; }));
+    t.push_back(real_setting<T>("label-smoothing", "optim.label_smoothing", opt, "Label smoothing epsilon", 0, 1,
+                                [](auto& c) -> auto& { return c.optim.label_smoothing; }, false, true));
+    t.push_back(real_setting<T>("ema", "optim.ema", opt,
+                                "Keep an exponential moving average of the weights with this decay (0 = off): validation\n"
+                                "scores it and model.safetensors holds it (it covers about the last 1/(1 - decay) steps,\n"
+                                "and at most the last ~1/9 of the run)",
+                                0, 1, [](auto& c) -> auto& { return c.optim.ema; }, false, true));
+
+    t.push_back(integer_setting<T>("seed", "seed", run, "Seed for initialisation, dropout, batch order", 0,
+                                   static_cast<double>(std::numeric_limits<std::int64_t>::max()),
+                                   [](auto& c) -> auto& { return c.seed; }));
+    t.push_back(integer_setting<T>("max-steps", "stop.max_steps", run, "Stop after this many updates (0 = no limit)", 0, kSteps,
+                                   [](auto& c) -> auto& { return c.max_steps; }));
+    t.push_back(integer_setting<T>("epochs", "stop.epochs", run, "Stop after this many passes over the data (0 = no limit)", 0,
+                                   1e9, [](auto& c) -> auto& { return c.epochs; }));
+    t.push_back(real_setting<T>("time-budget", "stop.time_budget_minutes", run,
+                                "Stop after this many minutes of training (validation not counted; 0 = no limit)", 0, 1e7,
+                                [](auto& c) -> auto& { return c.time_budget_minutes; }));
+    t.push_back(integer_setting<T>("log-every", "every.log", run, "Steps between log lines and metrics.jsonl entries", 1, kSteps,
+                                   [](auto& c) -> auto& { return c.log_every; }));
+    t.push_back(integer_setting<T>("valid-every", "every.valid", run, "Steps between validations (0 = at the end of each epoch)",
+                                   0, kSteps, [](auto& c) -> auto& { return c.valid_every; }));
+    t.push_back(integer_setting<T>("checkpoint-every", "every.checkpoint", run, "Steps between checkpoints", 1, kSteps,
+                                   [](auto& c) -> auto& { return c.checkpoint_every; }));
+    t.push_back(integer_setting<T>("keep", "every.keep", run, "Step checkpoints to keep", 1, 1e6,
+                                   [](auto& c) -> auto& { return c.keep; }));
+    t.push_back(added_later(integer_setting<T>("keep-every", "every.keep_every", run,
+                                   "Also keep every N-th step's checkpoint for good (0 = none), to study the\n"
+                                   "model across training (`tapeformer heads` on each)",
+                                   0, kSteps, [](auto& c) -> auto& { return c.keep_every; })));
+    t.push_back(added_later(integer_setting<T>("log-heads-every", "every.heads", run,
+                                   "Every N steps append per-head batch importance, gradient norms and attention entropy of that\n"
+                                   "step to DIR/heads.jsonl (measured with dropout and label smoothing on; no extra pass; 0 = off)",
+                                   0, kSteps, [](auto& c) -> auto& { return c.log_heads_every; })));
+    t.push_back(added_later(choice_setting<T>(
+        "precision", "precision", run,
+        "Matrix products in fp32, or bf16 with fp32 sums (PyTorch's CPU autocast recipe: weights, Adam, softmax,\n"
+        "layer norm and loss stay fp32); on a CPU without bf16 instructions: fp32, with a note",
+        {"fp32", "bf16"}, [](auto& c) -> auto& { return c.precision; }, parse_precision,
+        [](Precision p) { return precision_name(p); })));
+    t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run, "Decode the validation set (greedy) and pick the best model by BLEU",
+                                "no-valid-bleu", [](auto& c) -> auto& { return c.valid_bleu; }));
+    t.push_back(added_later(bool_setting<T>(
+        "overfit-batch", "overfit_batch", run,
+        "Train every step on one batch, the first pairs of --train-src/--train-tgt that fit --batch-tokens\n"
+        "(no shuffling; dropout as configured). The loss must fall to about 0 (with --label-smoothing 0;\n"
+        "otherwise the nll does): a debugging habit. Needs --max-steps or --time-budget",
+        "", [](auto& c) -> auto& { return c.overfit_batch; })));
+    t.push_back(integer_setting<T>("valid-bleu-sentences", "valid_bleu_sentences", run,
+                                   "Decode only the first N validation sentences (0 = all)", 0, 1e9,
+                                   [](auto& c) -> auto& { return c.valid_bleu_sentences; }));
+    return t;
+}
+
+// One value from one place, with where it came from for errors ("--lr", "run.toml:3: lr", "preset toy: lr").
+struct SourcedValue {
+    std::string name, value, where;
+};
+
+// toml++ 3.3 has undefined behaviour (a TOML_UNREACHABLE in is_non_ascii_horizontal_whitespace) when it
+// asks whether a non-ASCII character such as U+00A1 is whitespace, which it does after a value, inside a
+// key it is reading and after a line-ending backslash of a multi-line string (found by the fuzz target
+// `toml` under UBSan). It never asks inside a comment or inside the quotes of a one-line string value, so
+// those are the only places a non-ASCII character is accepted here. Elsewhere TOML allows only ASCII
+// anyway, except in quoted keys (train's settings have ASCII names) and in multi-line strings, which are
+// refused: a setting is one line. So are arrays and inline tables (see below).
+void refuse_what_tomlplusplus_misreads(const std::string& text, const std::string& path) {
+    enum class In { code, comment, key_string, value_string } in = In::code;
+    char quote = 0;             // the quote that ends the string under way
+    bool escaped = false;       // the previous character was a backslash inside a "..." string
+    bool after_equals = false;  // only blanks since the line's first '=': a string opened now is its value
+    bool equals_seen = false;   // the line has had its '=' (toml++ may scan a bad value past a later one)
+    std::size_t line = 1, column = 0;
+    const auto refuse = [&](const std::string& what) {
+        throw std::invalid_argument(path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
+    };
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char ch = text[i];
+        ++column;
+        if (ch == '\n') {
+            ++line;
+            column = 0;
+            in = In::code;  // a comment or a one-line string ends with its line (toml++ reports the string)
+            escaped = after_equals = equals_seen = false;
+            continue;
+        }
+        if (static_cast<unsigned char>(ch) >= 0x80 && in != In::comment && in != In::value_string)
+            refuse("a non-ASCII character is allowed only in a comment or inside the quotes of a value, "
+                   "such as train-src = \"données/train.de\"");
+        switch (in) {
+        case In::comment: break;
+        case In::key_string:
+        case In::value_string:
+            if (escaped) escaped = false;
+            else if (ch == '\\' && quote == '"') escaped = true;
+            else if (ch == quote) in = In::code;
+            break;
+        case In::code:
+            // Arrays and inline tables are no setting's value, and toml++ asserts on some malformed ones
+            // ("x = [[}"): refused before it reads them.
+            if (ch == '{' || (ch == '[' && equals_seen))
+                refuse("a setting's value is one string, number or true/false, not an array or a table");
+            if (ch == '#') in = In::comment;
+            if (ch == '"' || ch == '\'') {
+                if (text.compare(i, 3, std::string(3, ch)) == 0) refuse("multi-line strings are not supported; a setting is one line");
+                quote = ch;
+                in = after_equals ? In::value_string : In::key_string;
+            }
+            after_equals = (ch == '=' && !equals_seen) || (after_equals && (ch == ' ' || ch == '\t'));
+            equals_seen = equals_seen || ch == '=';
+            break;
+        }
+    }
+}
+
+// The values a config file gives: top-level keys, or keys of a [train] table (TOML, read by toml++).
+std::vector<SourcedValue> read_config_file(const std::string& path) {
+    // TOML allows no control character but tab, CR and LF anywhere; refusing them here also keeps such
+    // bytes away from toml++ 3.3's parser, which asserts on some of them in table headers (found by the
+    // fuzz target `toml`; tests/fuzz/regressions/toml/).
+    std::string text = read_file(path);
+    // A UTF-8 byte order mark is dropped here, so that the checks below see the first line as toml++ does.
+    if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+    std::size_t line = 1;
+    for (unsigned char ch : text) {
+        if (ch == '\n') ++line;
+        if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f)
+            throw std::invalid_argument(path + ":" + std::to_string(line) + ": control character " + std::to_string(int(ch)) +
+                                        " is not allowed in TOML");
+    }
+    // The same parser also asserts when a table header does not start with a key ("[\n", "[=]"): a header
+    // must be [name] or [[name]] with the name's first character a key character or a quote.
+    line = 0;
+    for (std::size_t at = 0; at <= text.size();) {
+        const std::size_t end = std::min(text.find('\n', at), text.size());
+        ++line;
+        std::size_t i = text.find_first_not_of(" \t", at);
+        if (i < end && text[i] == '[') {
+            i = text.find_first_not_of(" \t", i + 1);
+            if (i < end && text[i] == '[') i = text.find_first_not_of(" \t", i + 1);
+            const char c = i < end ? text[i] : '\n';
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' || c == '\''))
+                throw std::invalid_argument(path + ":" + std::to_string(line) + ": a table header must name a table, such as [train]");
+        }
+        at = end + 1;
+    }
+    refuse_what_tomlplusplus_misreads(text, path);
+    toml::table file;
+    try {
+        file = toml::parse(text, path);
+    } catch (const toml::parse_error& e) {
+        throw std::invalid_argument(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
+                                    std::string(e.description()));
+    }
+    std::vector<SourcedValue> out;
+    // A key given both at top level and under [train] would leave the file's meaning to a rule of reading
+    // order: refused, naming both lines.
+    std::map<std::string, std::string> seen;  // name -> where
+    auto read_value = [&](const toml::key& key, const toml::node& node) {
+        const std::string name(key.str());
+        const std::string where = path + ":" + std::to_string(node.source().begin.line) + ": " + name;
+        const auto [earlier, first] = seen.emplace(name, where);
+        if (!first)
+            throw std::invalid_argument(where + ": set again; " + earlier->second +
+                                        " already sets it (top level and [train] are one set of settings)");
+        // "\u0000" is valid TOML, but a path stops at its first NUL: the file would name another path.
+        if (auto s = node.value_exact<std::string>(); s && s->find('\0') != std::string::npos)
+            throw std::invalid_argument(where + ": a NUL character (\\u0000) is not allowed in a setting");
+        if (auto s = node.value_exact<std::string>()) out.push_back({name, *s, where});
+        else if (auto i = node.value_exact<std::int64_t>()) out.push_back({name, std::to_string(*i), where});
+        else if (auto d = node.value_exact<double>()) out.push_back({name, setting_detail::format_real(*d), where});
+        else if (auto b = node.value_exact<bool>()) out.push_back({name, *b ? "true" : "false", where});
+        else throw std::invalid_argument(where + ": must be a string, a number or true/false");
+    };
+    for (auto&& [key, node] : file) {
+        if (const toml::table* section = node.as_table()) {
+            if (key.str() != "train") throw std::invalid_argument(path + ": section [" + std::string(key.str()) + "] is not [train]");
+            for (auto&& [k, n] : *section) read_value(k, n);
+        } else {
+            read_value(key, node);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+const std::vector<Setting<TrainConfig>>& train_settings() {
+    static const std::vector<Setting<TrainConfig>> table = build_table();
+    return table;
+}
+
+std::vector<Preset> train_presets() {
+    const char* env = std::getenv("TAPEFORMER_MULTI30K");
+    const std::string m = env ? env : "../shared/data/multi30k";
+    return {
+        {"toy",
+         "the toy corpus in data/toy: word vocabulary, small model, 800 steps (at most 4.5 minutes of training)",
+         {{"train-src", "data/toy/train.src"}, {"train-tgt", "data/toy/train.tgt"}, {"valid-src", "data/toy/valid.src"},
+          {"valid-tgt", "data/toy/valid.tgt"}, {"tokenizer", "word"}, {"vocab-size", "0"}, {"tie", "all"},
+          {"d-model", "128"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "2"}, {"dropout", "0.1"},
+          {"batch-tokens", "3000"}, {"max-len", "40"}, {"lr", "1.0"}, {"warmup", "400"}, {"max-steps", "800"},
+          {"time-budget", "4.5"}, {"valid-every", "500"}, {"checkpoint-every", "500"}, {"log-every", "100"},
+          {"valid-bleu-sentences", "300"}},
+         ""},
+        // The sequence tasks of `tapeformer data copy|reverse` (data/tasks.h), trained to exact match: the lesson
+        // that attention routes by position. Measured figures in README.md.
+        {"copy",
+         "the copy task in data/copy (write it first: tapeformer data copy --out data/copy): 1+1 layers, C 32,\n"
+         "    600 steps, validated once at the end, so the model kept is the last (an earlier one that already\n"
+         "    scores BLEU 100 on validation may still miss a test sequence where sums round differently)",
+         {{"train-src", "data/copy/train.src"}, {"train-tgt", "data/copy/train.tgt"}, {"valid-src", "data/copy/valid.src"},
+          {"valid-tgt", "data/copy/valid.tgt"}, {"tokenizer", "word"}, {"vocab-size", "0"}, {"tie", "all"},
+          {"d-model", "32"}, {"heads", "2"}, {"ffn", "64"}, {"layers", "1"}, {"dropout", "0"}, {"batch-tokens", "1100"},
+          {"max-len", "12"}, {"lr", "1.0"}, {"warmup", "200"}, {"max-steps", "600"}, {"valid-every", "600"},
+          {"checkpoint-every", "600"}, {"log-every", "50"}},
+         "tapeformer data copy --out data/copy"},
+        {"reverse",
+         "the reverse task in data/reverse (write it first: tapeformer data reverse --out data/reverse): 1+1 layers,\n"
+         "    C 64, cosine decay from lr 0.01 over 1500 steps; every test sequence of a trained length (1-25) reversed\n"
+         "    exactly (test sequences of 26-30, longer than any trained on, measure length generalisation: most fail)",
+         {{"train-src", "data/reverse/train.src"}, {"train-tgt", "data/reverse/train.tgt"},
+          {"valid-src", "data/reverse/valid.src"}, {"valid-tgt", "data/reverse/valid.tgt"}, {"tokenizer", "word"},
+          {"vocab-size", "0"}, {"tie", "all"}, {"d-model", "64"}, {"heads", "4"}, {"ffn", "256"}, {"layers", "1"},
+          {"dropout", "0"}, {"batch-tokens", "2600"}, {"max-len", "30"}, {"schedule", "cosine"}, {"lr", "0.01"},
+          {"warmup", "200"}, {"min-lr", "0.0001"}, {"max-steps", "1500"}, {"valid-every", "250"},
+          {"valid-bleu-sentences", "300"}, {"checkpoint-every", "1500"}, {"log-every", "100"}},
+         "tapeformer data reverse --out data/reverse"},
+        {"multi30k",
+         "Multi30k German->English from $TAPEFORMER_MULTI30K (default ../shared/data/multi30k), the reference setup of "
+         "../shared/bench/README.md",
+         {{"train-src", m + "/train.de"}, {"train-tgt", m + "/train.en"}, {"valid-src", m + "/val.de"},
+          {"valid-tgt", m + "/val.en"}, {"tokenizer", "unigram"}, {"vocab-size", "8000"}, {"tie", "all"},
+          {"d-model", "256"}, {"heads", "4"}, {"ffn", "512"}, {"layers", "3"}, {"dropout", "0.1"},
+          {"batch-tokens", "2600"}, {"max-len", "100"}, {"lr", "1.0"}, {"warmup", "800"}, {"ema", "0.999"}, {"epochs", "100"},
+          {"valid-every", "1000"}, {"checkpoint-every", "1000"}, {"log-every", "100"}},
+         "get Multi30k (see README.md) and set $TAPEFORMER_MULTI30K to its directory"},
+    };
+}
+
+ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
+    ResolvedTrainConfig r;
+    TrainConfig& c = r.config;
+    c.out_dir = args.out_dir;
+    c.resume = args.resume;
+    c.force = args.force;
+    c.check_nan = args.check_nan;
+    c.threads = args.threads;
+    const auto& table = train_settings();
+
+    std::vector<SourcedValue> flags;
+    for (const auto& [name, value] : args.flags) flags.push_back({name, value, "--" + name});
+
+    const std::vector<Preset> presets = train_presets();
+    const Preset* preset = nullptr;
+    if (!args.preset.empty()) {
+        std::string names;
+        for (const Preset& p : presets) {
+            if (p.name == args.preset) preset = &p;
+            names += (names.empty() ? "" : ", ") + p.name;
+        }
+        if (!preset) throw std::invalid_argument("--preset '" + args.preset + "' is not one of: " + names);
+    }
+
+    // The sources, from the lowest precedence to the highest; each overrides what came before.
+    std::vector<std::vector<SourcedValue>> sources;
+    if (args.resume) {
+        // The run's own settings (run.json) apply; this call may change only where the run stops and
+        // what it logs, validates and keeps, none of which changes a number the training computes.
+        const std::set<std::string> stopping = {"max-steps", "epochs", "time-budget"};
+        const std::set<std::string> changes = {"log-every", "valid-every", "checkpoint-every", "keep"};
+        std::string ignored;
+        if (!args.config_file.empty()) ignored += " --config";
+        if (!args.preset.empty()) ignored += " --preset";
+        std::vector<SourcedValue> applied;
+        for (const SourcedValue& v : flags) {
+            if (stopping.count(v.name) || changes.count(v.name)) applied.push_back(v);
+            else ignored += " " + v.where;
+        }
+        sources.push_back(applied);
+        if (!ignored.empty())
+            r.notes.push_back("--resume keeps the run's own settings (the seed, the model, the data and how the best model "
+                              "is chosen cannot change mid-run); ignored:" + ignored);
+    } else {
+        if (preset) {
+            std::vector<SourcedValue> values;
+            for (const auto& [name, value] : preset->values) values.push_back({name, value, "preset " + preset->name + ": " + name});
+            sources.push_back(values);
+        }
+        if (!args.config_file.empty()) sources.push_back(read_config_file(args.config_file));
+        sources.push_back(flags);
+    }
+    std::set<std::string> given;  // settings some source set
+    for (const std::vector<SourcedValue>& source : sources) {
+        std::set<std::string> here;
+        for (const SourcedValue& v : source) here.insert(v.name);
+        if (here.count("layers") && (here.count("enc-layers") || here.count("dec-layers")))
+            throw std::invalid_argument(source.front().where + ": --layers sets both --enc-layers and --dec-layers; "
+                                        "give either --layers or those two, not both");
+        for (const SourcedValue& v : source) {
+            const Setting<TrainConfig>* s = find_setting(table, v.name);
+            if (!s) throw std::invalid_argument(v.where + ": not a setting of tapeformer train (see tapeformer train --help)");
+            apply_setting(*s, c, v.value, v.where);
+            given.insert(v.name);
+            if (v.name == "layers") given.insert({"enc-layers", "dec-layers"});
+        }
+    }
+    if (args.resume) {
+        const auto value = [&](const char* name) { return std::stoll(find_setting(table, name)->get(c)); };
+        if (given.count("log-every")) c.resume_changes.log_every = value("log-every");
+        if (given.count("valid-every")) c.resume_changes.valid_every = value("valid-every");
+        if (given.count("checkpoint-every")) c.resume_changes.checkpoint_every = value("checkpoint-every");
+        if (given.count("keep")) c.resume_changes.keep = static_cast<int>(value("keep"));
+        if (given.count("max-steps")) c.resume_changes.max_steps = c.max_steps;
+        if (given.count("epochs")) c.resume_changes.epochs = c.epochs;
+        if (given.count("time-budget")) c.resume_changes.time_budget_minutes = c.time_budget_minutes;
+        return r;
+    }
+
+    // A preset's data that is not there yet: say how to make it rather than "cannot open".
+    if (preset && !preset->make_data.empty() && c.data.train_src == preset->values.front().second &&
+        !std::ifstream(c.data.train_src))
+        throw std::invalid_argument("preset " + preset->name + " reads " + c.data.train_src + ", which does not exist: " +
+                                    preset->make_data);
+
+    // Defaults that follow from other settings.
+    if (!given.count("attention-dropout")) c.model.attention_dropout = c.model.dropout;
+    if (!given.count("activation-dropout")) c.model.activation_dropout = c.model.dropout;
+    Schedule& schedule = c.optim.schedule;
+    if (schedule.kind != ScheduleKind::Noam) {
+        if (!given.count("lr")) {
+            schedule.lr = kDefaultAbsoluteLr;
+        } else if (schedule.lr > 0.01) {
+            r.notes.push_back("--lr " + setting_detail::format_real(schedule.lr) + " is the peak learning rate itself with --schedule " +
+                              schedule_kind_name(schedule.kind) + " (only noam's --lr is a factor); Transformers usually "
+                              "train with 1e-4 to 1e-3");
+        }
+    }
+    const bool decays = schedule.kind == ScheduleKind::Cosine || schedule.kind == ScheduleKind::Linear;
+    if (decays && schedule.total_steps == 0 && c.max_steps == 0)
+        throw std::invalid_argument(std::string("--schedule ") + schedule_kind_name(schedule.kind) +
+                                    " decays over --total-steps, which defaults to --max-steps; with only --time-budget "
+                                    "or --epochs the number of steps is not known: give --max-steps or --total-steps");
+    if (schedule.total_steps == 0) schedule.total_steps = c.max_steps;
+    schedule.d_model = c.model.d_model;
+    check_schedule_covers_run(c, false);
+    return r;
+}
+
+void check_schedule_covers_run(const TrainConfig& c, bool resumed) {
+    const Schedule& s = c.optim.schedule;
+    if (s.kind != ScheduleKind::Cosine && s.kind != ScheduleKind::Linear) return;
+    if (s.min_lr > 0 || c.max_steps <= s.total_steps) return;
+    const std::string steps = std::to_string(s.total_steps + 1) + " to " + std::to_string(c.max_steps);
+    const std::string ends = std::string("--schedule ") + schedule_kind_name(s.kind) + " reaches --min-lr 0 at --total-steps " +
+                             std::to_string(s.total_steps);
+    if (resumed)
+        throw std::invalid_argument("--resume --max-steps " + std::to_string(c.max_steps) + ": the run's " + ends +
+                                    ", so steps " + steps + " would train at learning rate 0; a resumed run keeps its "
+                                    "schedule: stop at " + std::to_string(s.total_steps) +
+                                    " or train a new run with a larger --total-steps");
+    throw std::invalid_argument("--max-steps " + std::to_string(c.max_steps) + " runs past the end of the schedule: " + ends +
+                                ", so steps " + steps + " would train at learning rate 0; give --total-steps " +
+                                std::to_string(c.max_steps) + " (or a --min-lr above 0)");
+}
+
+namespace {
+
+// `text` as a one-line TOML basic string: quotes, backslashes and control characters escaped ("\n", "\t",
+// "\u001B"), the rest (UTF-8 included) as it is, so that --config reads every written value back. toml++
+// writes a value with a newline as a multi-line string, which read_config_file refuses.
+std::string toml_basic_string(const std::string& text) {
+    std::string out = "\"";
+    for (const char ch : text) {
+        const unsigned char u = static_cast<unsigned char>(ch);
+        switch (ch) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\b': out += "\\b"; break;
+        case '\t': out += "\\t"; break;
+        case '\n': out += "\\n"; break;
+        case '\f': out += "\\f"; break;
+        case '\r': out += "\\r"; break;
+        default:
+            if (u < 0x20 || u == 0x7f) {
+                char escape[8];
+                std::snprintf(escape, sizeof escape, "\\u%04X", u);
+                out += escape;
+            } else {
+                out += ch;
+            }
+        }
+    }
+    return out + "\"";
+}
+
+}  // namespace
+
+std::string to_toml(const TrainConfig& c) {
+    std::ostringstream out;
+    out << "# tapeformer train: the resolved settings of this run.\n"
+           "# Repeat it with: tapeformer train --config config.toml --out NEWDIR\n";
+    std::string group;
+    for (const Setting<TrainConfig>& s : train_settings()) {
+        if (s.name.empty() || s.key.empty()) continue;  // stored-only values and aliases
+        if (s.group != group) out << "\n# " << (group = s.group) << "\n";
+        out << s.name << " = ";
+        if (s.type == SettingType::Text || s.type == SettingType::Choice)
+            out << toml_basic_string(s.get(c));
+        else
+            out << s.get(c);
+        out << "\n";
+    }
+    return out.str();
+}
+
+namespace {
+
+nlohmann::json::json_pointer json_path(const std::string& key) {  // "optim.lr" -> /optim/lr
+    std::string path = "/" + key;
+    for (char& ch : path)
+        if (ch == '.') ch = '/';
+    return nlohmann::json::json_pointer(path);
+}
+
+}  // namespace
+
+std::string to_json(const TrainConfig& c) {
+    nlohmann::json j;
+    for (const Setting<TrainConfig>& s : train_settings()) {
+        if (s.key.empty()) continue;
+        nlohmann::json& slot = j[json_path(s.key)];
+        const std::string value = s.get(c);
+        switch (s.type) {
+            case SettingType::Integer: slot = std::stoll(value); break;
+            case SettingType::Real: slot = std::stod(value); break;
+            case SettingType::Bool: slot = value == "true"; break;
+            case SettingType::Text:
+            case SettingType::Choice: slot = value; break;
+        }
+    }
+    j["format"] = kCheckpointFormat;
+    return j.dump(2) + "\n";
+}
+
+TrainConfig train_config_from_json(const std::string& text) {
+    TrainConfig c;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(text);
+        const int format = json_integer<int>(j.at("format"), "format");
+        if (format != kCheckpointFormat)
+            throw std::runtime_error("format " + std::to_string(format) + ", this build reads " +
+                                     std::to_string(kCheckpointFormat) + " (written by another version of tapeformer)");
+        for (const Setting<TrainConfig>& s : train_settings()) {
+            if (s.key.empty()) continue;
+            const auto path = json_path(s.key);
+            if (!j.contains(path)) {
+                if (s.required) throw std::runtime_error("\"" + s.key + "\" is missing");
+                continue;  // written by an older version: the default
+            }
+            const nlohmann::json& v = j.at(path);  // older versions wrote the model's values as strings
+            apply_setting(s, c, v.is_string() ? v.get<std::string>() : v.dump(),
+                          "\"" + s.key + "\"" + (s.name.empty() ? "" : " (--" + s.name + ")"));
+        }
+        c.optim.schedule.d_model = c.model.d_model;
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
+    }
+    return c;
+}
+
+TF_NAMESPACE_END

@@ -1,0 +1,392 @@
+// The tape view (tape_view.h): reads the records autograd.h keeps — each one's op name, input tensors and
+// output — and turns them into a graph of tensors and ops. A tensor is known by its memory: a record's output,
+// a parameter (or rows of one: W_q is rows [0, C) of in_proj_weight), or else a constant (the positional table).
+#include "tapeformer/teach/tape_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "tapeformer/autograd.h"
+#include "tapeformer/data/vocab.h"
+#include "tapeformer/io.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+double norm_of(const real* p, std::int64_t n) {
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) s += double(p[i]) * double(p[i]);
+    return std::sqrt(s);
+}
+
+std::vector<double> first_of(const real* p, std::int64_t n) {
+    std::vector<double> out;
+    for (std::int64_t i = 0; i < std::min<std::int64_t>(n, 4); ++i) out.push_back(p[i]);
+    return out;
+}
+
+// "encoder.layers.0.self_attn.in_proj_weight" -> "encoder.layers.0.self_attn"
+std::string module_of(const std::string& param) {
+    const auto dot = param.rfind('.');
+    return dot == std::string::npos ? param : param.substr(0, dot);
+}
+
+// "encoder.layers.0.self_attn" -> "encoder.layers.0"; "" for what is not inside a layer
+std::string layer_of(const std::string& module) {
+    for (const char* stack : {"encoder.layers.", "decoder.layers."})
+        if (module.rfind(stack, 0) == 0) {
+            const auto end = module.find('.', std::string(stack).size());
+            return end == std::string::npos ? module : module.substr(0, end);
+        }
+    return "";
+}
+
+// Builds the graph from the tape's records; keeps a handle to every tensor to read gradients later.
+class GraphBuilder {
+public:
+    // params: named parameters; constants: named tensors without gradient (the sinusoidal positional table)
+    GraphBuilder(TapeGraph& g, const ParamList& params, const ParamList& constants)
+        : g_(g), params_(params), constants_(constants) {}
+
+    int tensor_of(const Tensor& t) {
+        const Key key{t.data(), t.numel()};
+        auto it = index_.find(key);
+        if (it != index_.end()) return it->second;
+        TapeTensor n;
+        n.kind = TapeTensor::Kind::Constant;
+        n.name = "constant";
+        n.shape = t.shape();
+        if (name_from(params_, t, n)) n.kind = TapeTensor::Kind::Parameter;
+        else if (name_from(constants_, t, n)) n.module.clear();  // stays a constant, outside every module
+        return add(key, n, t);
+    }
+
+    int output_of(int record, const Tensor& t, const std::string& module) {
+        TapeTensor n;
+        n.name = "#" + std::to_string(record);
+        n.shape = t.shape();
+        n.record = record;
+        n.module = module;
+        return add(Key{t.data(), t.numel()}, n, t);
+    }
+
+    // Values now; gradients when there are some.
+    void summarize() {
+        for (std::size_t i = 0; i < g_.tensors.size(); ++i) {
+            const Tensor& t = handles_[i];
+            TapeTensor& n = g_.tensors[i];
+            n.value_norm = norm_of(t.data(), t.numel());
+            n.first_values = first_of(t.data(), t.numel());
+            const real* gr = t.grad();
+            n.has_grad = gr != nullptr && g_.backward_done;
+            if (n.has_grad) {
+                n.grad_norm = norm_of(gr, t.numel());
+                n.first_grads = first_of(gr, t.numel());
+            }
+        }
+    }
+
+    const Tensor& handle(int i) const { return handles_[i]; }
+
+private:
+    // Names n after the tensor of `named` whose memory holds t ("W[8:24]" for a block of its rows).
+    static bool name_from(const ParamList& named, const Tensor& t, TapeTensor& n) {
+        for (const NamedTensor& p : named) {
+            const real* base = p.tensor.data();
+            if (t.data() < base || t.data() + t.numel() > base + p.tensor.numel()) continue;
+            n.name = p.name;
+            n.module = module_of(p.name);
+            if (t.numel() != p.tensor.numel()) {  // a block of rows, as Tensor::rows gives
+                const std::int64_t row = p.tensor.numel() / p.tensor.size(0), first = (t.data() - base) / row;
+                n.name += "[" + std::to_string(first) + ":" + std::to_string(first + t.numel() / row) + "]";
+            }
+            return true;
+        }
+        return false;
+    }
+
+    struct Key {
+        const real* data;
+        std::int64_t numel;
+        bool operator<(const Key& o) const { return data != o.data ? data < o.data : numel < o.numel; }
+    };
+    int add(const Key& key, const TapeTensor& n, const Tensor& t) {
+        g_.tensors.push_back(n);
+        handles_.push_back(t);
+        return index_[key] = int(g_.tensors.size()) - 1;
+    }
+
+    TapeGraph& g_;
+    const ParamList& params_;
+    const ParamList& constants_;
+    std::map<Key, int> index_;
+    std::vector<Tensor> handles_;
+};
+
+void zero_grads(const ParamList& params) {
+    for (const NamedTensor& p : params) {
+        Tensor t = p.tensor;  // a handle to the same storage
+        t.zero_grad();
+    }
+}
+
+}  // namespace
+
+ModelConfig tiny_tape_config(std::int64_t vocab) {
+    ModelConfig c;
+    c.src_vocab = c.tgt_vocab = vocab;
+    c.d_model = 8;
+    c.heads = 2;
+    c.ffn = 16;
+    c.enc_layers = c.dec_layers = 1;
+    c.max_len = 64;
+    return c;
+}
+
+namespace {
+
+// forward + label-smoothed loss of one pair, recorded on the (cleared) tape.
+Tensor step_loss(Transformer& model, const std::vector<std::int32_t>& src_ids, const std::vector<std::int32_t>& tgt_ids,
+                 const TapeStepOptions& options) {
+    const ModelConfig& c = model.config;
+    if (src_ids.empty() || tgt_ids.empty()) throw std::invalid_argument("tape: the source and the target need a token each");
+    std::vector<std::int32_t> src(src_ids), dec_in{c.bos_id}, target(tgt_ids);
+    src.push_back(c.eos_id);                                   // (B, S) with B = 1
+    dec_in.insert(dec_in.end(), tgt_ids.begin(), tgt_ids.end());  // (B, T): BOS + target
+    target.push_back(c.eos_id);                                // (B, T): target + EOS
+    tape().clear();
+    tape().set_recording(true);
+    Rng rng(options.seed);
+    Pass pass;
+    pass.dropout_rng = &rng;  // training: dropout on, as a training step runs (with attention's steps apart:
+                              // a training step runs them as one op, attention_heads, with the same numbers)
+    Tensor logits = model.forward(src, 1, std::int64_t(src.size()), dec_in, std::int64_t(dec_in.size()), pass);  // (B, T, V)
+    return sequence_loss(logits, target, c.pad_id, real(0.1));
+}
+
+}  // namespace
+
+TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_t>& src_ids,
+                               const std::vector<std::int32_t>& tgt_ids, const TapeStepOptions& options) {
+    const ParamList params = unique_parameters(model.parameters());
+    zero_grads(params);
+    Tensor loss = step_loss(model, src_ids, tgt_ids, options);
+    TapeGraph g;
+    g.loss = loss.item();
+    ParamList constants;
+    if (model.config.positional == PositionalKind::Sinusoidal) constants.push_back({"positional.table", model.positional.table});
+    GraphBuilder b(g, params, constants);
+    const std::vector<TapeRecord>& records = tape().records();
+    for (std::size_t r = 0; r < records.size(); ++r) {
+        const TapeRecord& rec = records[r];
+        TapeOp op;
+        op.op = rec.op;
+        op.has_backward = bool(rec.backward);
+        int latest = -1;
+        for (const Tensor& in : rec.in) {
+            const int t = b.tensor_of(in);
+            op.inputs.push_back(t);
+            op.input_shapes.push_back(in.shape());
+            const TapeTensor& n = g.tensors[t];
+            if (n.kind == TapeTensor::Kind::Parameter && op.module.empty()) op.module = n.module;
+            if (n.record > latest) latest = n.record;
+        }
+        if (op.module.empty() && latest >= 0) op.module = g.ops[latest].module;  // ops without parameters: their input's
+        op.output = b.output_of(int(r), rec.out, op.module);
+        g.ops.push_back(op);
+    }
+    g.tensors[g.ops.back().output].kind = TapeTensor::Kind::Loss;
+    if (options.backward) {
+        backward(loss, /*keep_tape=*/true, [&](const TapeRecord& rec) {
+            const int r = int(&rec - records.data());
+            g.backward_order.push_back(r);
+            std::vector<int> filled;
+            std::vector<double> norms;
+            for (std::size_t i = 0; i < rec.in.size(); ++i)
+                if (rec.in[i].requires_grad()) {
+                    const int t = g.ops[r].inputs[i];
+                    filled.push_back(t);
+                    norms.push_back(norm_of(static_cast<const Tensor&>(b.handle(t)).grad(), b.handle(t).numel()));
+                }
+            g.filled.push_back(filled);
+            g.filled_norms.push_back(norms);
+        });
+        g.backward_done = true;
+    }
+    b.summarize();
+    tape().clear();
+    return g;
+}
+
+std::string format_tape(const TapeGraph& g, bool step_backward) {
+    std::ostringstream o;
+    auto tensor_str = [&](int t, const Shape& seen) {
+        const TapeTensor& n = g.tensors[t];
+        return n.name + " " + seen.str() + (seen != n.shape ? " (a view of " + n.shape.str() + ")" : "");
+    };
+    o << "forward: " << g.ops.size() << " records, in the order they were recorded (src/autograd.cpp record())\n";
+    int width = 0;  // of the op names' column: the longest name on this tape
+    for (const TapeOp& op : g.ops) width = std::max(width, static_cast<int>(op.op.size()));
+    char buf[160];
+    for (std::size_t r = 0; r < g.ops.size(); ++r) {
+        const TapeOp& op = g.ops[r];
+        std::string ins;
+        for (std::size_t i = 0; i < op.inputs.size(); ++i) ins += (i ? ", " : "") + tensor_str(op.inputs[i], op.input_shapes[i]);
+        std::snprintf(buf, sizeof buf, "  #%-4zu %-*s  ", r, width, op.op.c_str());
+        o << buf << ins << "  ->  " << g.tensors[op.output].shape.str() << (op.module.empty() ? "" : "   [" + op.module + "]") << "\n";
+    }
+    o << "loss = " << fmt("%.6f", g.loss) << " (label-smoothed cross-entropy, ε = 0.1)\n";
+    if (!g.backward_done) {
+        o << "\nbackward: not run\n";
+        return o.str();
+    }
+    o << "\nbackward visits " << g.backward_order.size() << " of the " << g.ops.size()
+      << " records, from the last recorded to the first (src/autograd.cpp backward()):\n  ";
+    int col = 2;
+    for (std::size_t i = 0; i < g.backward_order.size(); ++i) {
+        const int r = g.backward_order[i];
+        const std::string item = "#" + std::to_string(r) + " " + g.ops[r].op + (i + 1 < g.backward_order.size() ? ", " : "\n");
+        if (col + item.size() > 100) {
+            o << "\n  ";
+            col = 2;
+        }
+        o << item;
+        col += int(item.size());
+    }
+    if (g.backward_order.size() < g.ops.size())
+        o << "  (a record is skipped when no gradient reached its output)\n";
+    if (step_backward) {
+        o << "\nbackward, record by record: the gradients each one added to (+=), with their norm right after\n";
+        for (std::size_t i = 0; i < g.backward_order.size(); ++i) {
+            const int r = g.backward_order[i];
+            o << "  #" << r << " " << g.ops[r].op << ":";
+            if (g.filled[i].empty()) o << " nothing (no input requires grad)";
+            for (std::size_t k = 0; k < g.filled[i].size(); ++k) {
+                const TapeTensor& n = g.tensors[g.filled[i][k]];
+                o << (k ? ", " : " ") << "grad of " << n.name << " " << n.shape.str() << " |g| = " << fmt("%.4g", g.filled_norms[i][k]);
+            }
+            o << "\n";
+        }
+    }
+    return o.str();
+}
+
+namespace {
+
+// Escapes what a Graphviz record label treats specially.
+std::string escape_record(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (std::string("{}|<>\"\\").find(c) != std::string::npos) out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+std::string values_str(const std::vector<double>& v, std::int64_t numel) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + fmt("%.3g", v[i]);
+    return s + (std::int64_t(v.size()) < numel ? ", ...]" : "]");
+}
+
+// torchviz's colours: parameters light blue, ops light grey, saved tensors orange, the output green.
+const char* fill(TapeTensor::Kind k) {
+    switch (k) {
+        case TapeTensor::Kind::Parameter: return "lightblue";
+        case TapeTensor::Kind::Loss: return "darkolivegreen1";
+        case TapeTensor::Kind::Activation: return "orange";
+        default: return "white";
+    }
+}
+
+}  // namespace
+
+std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
+    if (!collapse.empty() && collapse != "layer" && collapse != "module")
+        throw std::invalid_argument("--collapse: '" + collapse + "' is not one of: layer, module");
+    auto cluster_of = [&](const std::string& module) { return collapse == "layer" ? layer_of(module) : collapse == "module" ? module : ""; };
+    std::map<std::string, std::vector<std::string>> clusters;  // cluster name -> its node statements
+    std::vector<std::string> top, edges;
+    for (std::size_t t = 0; t < g.tensors.size(); ++t) {
+        const TapeTensor& n = g.tensors[t];
+        const std::int64_t numel = n.shape.numel();
+        const std::string grad = !g.backward_done ? "grad: not computed"
+                                 : n.has_grad     ? "grad: norm " + fmt("%.4g", n.grad_norm) + " " + values_str(n.first_grads, numel)
+                                                  : "grad: none (no gradient reached it)";
+        const std::string label = "{" + escape_record(n.name) + " | " + escape_record(n.shape.str()) + " | " +
+                                  escape_record("data: norm " + fmt("%.4g", n.value_norm) + " " + values_str(n.first_values, numel)) +
+                                  " | " + escape_record(grad) + "}";
+        const std::string stmt = "t" + std::to_string(t) + " [shape=record, style=filled, fillcolor=" + fill(n.kind) +
+                                 ", label=\"" + label + "\"];";
+        // parameters and constants are drawn outside the clusters when collapsing by layer, beside their layer's ops
+        const std::string c = n.kind == TapeTensor::Kind::Constant ? "" : cluster_of(n.module);
+        (c.empty() ? top : clusters[c]).push_back(stmt);
+    }
+    for (std::size_t r = 0; r < g.ops.size(); ++r) {
+        const TapeOp& op = g.ops[r];
+        const std::string stmt = "op" + std::to_string(r) + " [shape=ellipse, style=filled, fillcolor=lightgrey, label=\"#" +
+                                 std::to_string(r) + " " + op.op + "\"];";
+        const std::string c = cluster_of(op.module);
+        (c.empty() ? top : clusters[c]).push_back(stmt);
+        for (int in : op.inputs) edges.push_back("t" + std::to_string(in) + " -> op" + std::to_string(r) + ";");
+        edges.push_back("op" + std::to_string(r) + " -> t" + std::to_string(op.output) + ";");
+    }
+    std::ostringstream o;
+    o << "digraph tape {\n"
+      << "  rankdir=LR;\n"
+      << "  node [fontname=\"Helvetica\", fontsize=10];\n"
+      << "  label=\"one training step: tensors (blue parameters, orange activations saved on the tape, green loss, white "
+         "constants) and the ops that made them, in recorded order\";\n";
+    for (const auto& s : top) o << "  " << s << "\n";
+    int k = 0;
+    for (const auto& [name, stmts] : clusters) {
+        o << "  subgraph cluster_" << k++ << " {\n    label=\"" << name << "\";\n    style=rounded;\n";
+        for (const auto& s : stmts) o << "    " << s << "\n";
+        o << "  }\n";
+    }
+    for (const auto& e : edges) o << "  " << e << "\n";
+    o << "}\n";
+    return o.str();
+}
+
+std::string backward_twice_report(Transformer& model, const std::vector<std::int32_t>& src_ids,
+                                  const std::vector<std::int32_t>& tgt_ids, const TapeStepOptions& options) {
+    const ParamList params = unique_parameters(model.parameters());
+    zero_grads(params);
+    auto norms = [&]() {
+        std::vector<double> out;
+        for (const NamedTensor& p : params) out.push_back(p.tensor.has_grad() ? norm_of(static_cast<const Tensor&>(p.tensor).grad(), p.tensor.numel()) : 0);
+        return out;
+    };
+    Tensor loss = step_loss(model, src_ids, tgt_ids, options);
+    backward(loss);
+    const std::vector<double> first = norms();
+    loss = step_loss(model, src_ids, tgt_ids, options);  // the same step again (same dropout masks), no zero_grad
+    backward(loss);
+    const std::vector<double> second = norms();
+    std::ostringstream o;
+    o << "the same step's forward and backward twice, without zero_grad() in between:\n";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "  %-48s %14s %14s %8s\n", "parameter", "|grad| after 1", "|grad| after 2", "ratio");
+    o << buf;
+    double worst = 0;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const double ratio = first[i] > 0 ? second[i] / first[i] : 0;
+        if (first[i] > 0) worst = std::max(worst, std::abs(ratio - 2));
+        std::snprintf(buf, sizeof buf, "  %-48s %14.6g %14.6g %8s\n", params[i].name.c_str(), first[i], second[i],
+                      first[i] > 0 ? fmt("%.4f", ratio).c_str() : "-");
+        o << buf;
+    }
+    o << (worst < 1e-4 ? "every gradient doubled" : "NOT every gradient doubled")
+      << ": backward adds (+=) into .grad, it never overwrites — which is why training calls zero_grad() before each "
+         "step (src/run/train.cpp)\n";
+    zero_grads(params);
+    return o.str();
+}
+
+TF_NAMESPACE_END
