@@ -55,6 +55,15 @@ std::string Shape::str() const {
 }
 
 Storage::Storage(std::size_t n) : data(pool_alloc(n)), size(n) {}
+Storage::Storage(std::size_t n, bool shape) : data(shape ? nullptr : pool_alloc(n)), size(n), shape_only(shape) {}
+
+namespace {
+thread_local bool shape_only_scope = false;
+}
+
+ShapeOnly::ShapeOnly() : was_(shape_only_scope) { shape_only_scope = true; }
+ShapeOnly::~ShapeOnly() { shape_only_scope = was_; }
+bool ShapeOnly::active() { return shape_only_scope; }
 
 Storage::~Storage() {
     pool_free(data);
@@ -65,7 +74,7 @@ Tensor Tensor::empty(const Shape& shape) {
     for (int i = 0; i < shape.rank; ++i)
         if (shape.dims[i] < 0) throw std::invalid_argument("Tensor: negative extent in shape " + shape.str());
     Tensor t;
-    t.storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape.numel()));
+    t.storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape.numel()), shape_only_scope);
     t.shape_ = shape;
     return t;
 }
@@ -74,6 +83,7 @@ Tensor Tensor::zeros(const Shape& shape) { return full(shape, real(0)); }
 
 Tensor Tensor::full(const Shape& shape, real value) {
     Tensor t = empty(shape);
+    if (t.shape_only()) return t;
     real* p = t.data();
     for (std::int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = value;
     return t;

@@ -2,6 +2,7 @@
 // weights and head gates, and an end-to-end overfitting run through the whole training stack.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -18,6 +19,24 @@
 using namespace tf;
 
 namespace {
+// Every probe a pass reports, in order: (module type, probe name, shape).
+struct Recorder : ForwardObserver {
+    struct Seen {
+        std::string type, name;
+        Shape shape;
+        Tensor value;
+    };
+    std::vector<Seen> seen;
+    void probe(const void*, const char* type, const char* name, const Tensor& value) override {
+        seen.push_back({type, name, value.shape(), value});
+    }
+    const Tensor& first(const std::string& name) const {
+        for (const Seen& s : seen)
+            if (s.name == name) return s.value;
+        throw std::logic_error("no probe " + name);
+    }
+};
+
 ModelConfig small_config() { return tf_test::tiny_model_config(20, 16, 4, 32, 2, 2, 32); }  // V, C, H, F, layers, positions
 }  // namespace
 
@@ -144,11 +163,13 @@ TEST_CASE("attention weights on request: rows sum to one, masked keys get zero",
     attn.init(rng);
     const std::vector<std::int32_t> ids = {4, 5, 6, 4, 0, 0};
     Tensor x = Tensor::full({2, 3, 16}, 0.1);
+    Recorder probes;
     Pass pass;
-    pass.keep_attention = true;
+    pass.observer = &probes;
     attn.forward(x, x, key_padding_mask(ids, 2, 3, 0), pass);
-    REQUIRE(attn.last_weights.shape() == Shape{2, 4, 3, 3});
-    const real* w = attn.last_weights.data();
+    const Tensor& weights = probes.first("weights");
+    REQUIRE(weights.shape() == Shape{2, 4, 3, 3});
+    const real* w = weights.data();
     for (int r = 0; r < 2 * 4 * 3; ++r) CHECK(w[r * 3] + w[r * 3 + 1] + w[r * 3 + 2] == Approx(1.0));
     for (int r = 4 * 3; r < 2 * 4 * 3; ++r) {  // batch row 1: keys 1 and 2 are padding
         CHECK(w[r * 3 + 1] == 0);
@@ -314,9 +335,10 @@ TEST_CASE("attention as one op: the tape holds attention_heads where it applies,
     CHECK(ops_recorded(fused).count("attention_heads") == 1);
     CHECK(ops_recorded(fused).count("slice_heads") == 0);
     CHECK(ops_recorded(Pass{}).count("slice_heads") == 1);  // a reader of the tape sees the textbook's steps
-    Pass kept = fused;
-    kept.keep_attention = true;  // the weights are wanted: composed
-    CHECK(ops_recorded(kept).count("attention_heads") == 0);
+    Recorder probes;
+    Pass observed = fused;
+    observed.observer = &probes;  // someone listens to the probes: composed, whose steps they name
+    CHECK(ops_recorded(observed).count("attention_heads") == 0);
     attn.gate = Tensor::full({1, 4, 1, 1}, 1).set_requires_grad(true);  // a head study: composed
     CHECK(ops_recorded(fused).count("attention_heads") == 0);
 }
@@ -330,4 +352,74 @@ TEST_CASE("attention_heads refuses heads that do not fit and masks that do not b
                       Catch::Contains("(B, Tq, W)"));
     CHECK_THROWS_WITH(attention_heads(qkv, 0, qkv, 4, 8, 2, 2, Tensor::zeros({1, 1, 3, 4}), 0, rng),
                       Catch::Contains("attention_heads") && Catch::Contains("(1, 1, 3, 4) do not broadcast"));
+}
+
+TEST_CASE("probes: the forward reports its steps in the lessons' order, with their shapes", "[nn][probes]") {
+    Transformer model(small_config(), 3);
+    const std::vector<std::int32_t> src = {4, 5, 6, 2}, dec_in = {1, 7, 8};  // (1, 4), (1, 3)
+    Recorder probes;
+    Pass pass;
+    pass.observer = &probes;
+    NoGradGuard no_grad;
+    const Tensor logits = model.forward(src, 1, 4, dec_in, 3, pass);
+    std::vector<std::string> names;
+    for (const auto& s : probes.seen) names.push_back(s.name);
+    const std::vector<std::string> attention = {"q", "k", "v", "scores", "mask", "weights", "context", "merge", "out_proj"};
+    std::vector<std::string> layer = {"qkv"};
+    layer.insert(layer.end(), attention.begin(), attention.end());
+    layer.push_back("add_norm");
+    const std::vector<std::string> ffn = {"ffn_hidden", "ffn_out", "add_norm"};
+    std::vector<std::string> expected = {"embed", "scale", "positional"};
+    for (int l = 0; l < 2; ++l) {
+        expected.insert(expected.end(), layer.begin(), layer.end());
+        expected.insert(expected.end(), ffn.begin(), ffn.end());
+    }
+    expected.push_back("memory");
+    expected.insert(expected.end(), {"embed", "scale", "positional"});
+    for (int l = 0; l < 2; ++l) {
+        expected.insert(expected.end(), layer.begin(), layer.end());
+        expected.insert(expected.end(), {"q_proj", "kv_proj"});
+        expected.insert(expected.end(), attention.begin(), attention.end());
+        expected.push_back("add_norm");
+        expected.insert(expected.end(), ffn.begin(), ffn.end());
+    }
+    expected.push_back("logits");
+    CHECK(names == expected);
+    // The probes are the forward's own tensors: the last is the logits it returns.
+    CHECK(probes.seen.back().value.same_storage(logits));
+    for (const auto& s : probes.seen)
+        if (s.name == "scores" && s.type == "MultiHeadAttention") CHECK(s.shape.rank == 4);
+    REQUIRE(probes.seen[probes.seen.size() - 9].name == "weights");
+    CHECK(probes.seen[probes.seen.size() - 9].shape == Shape{1, 4, 3, 4});  // cross-attention weights (B, H, T, S)
+}
+
+TEST_CASE("probes cost nothing when nobody listens: the same ops, the same numbers, attention fused", "[nn][probes]") {
+    Transformer model(small_config(), 5);
+    const std::vector<std::int32_t> src = {4, 5, 6, 2, 9, 3}, dec_in = {1, 7, 8, 10};  // (2, 3), (2, 2)
+    auto run = [&](Pass pass, std::vector<std::string>& ops) {
+        tape().clear();
+        Rng rng(11);
+        pass.dropout_rng = &rng;
+        Tensor logits = model.forward(src, 2, 3, dec_in, 2, pass);
+        ops.clear();
+        for (const TapeRecord& r : tape().records()) ops.push_back(r.op);
+        std::vector<real> out = logits.to_vector();
+        tape().clear();
+        return out;
+    };
+    std::vector<std::string> plain_ops, observed_ops, fused_ops;
+    Recorder probes;
+    Pass observed;
+    observed.observer = &probes;
+    const std::vector<real> plain = run(Pass{}, plain_ops);
+    const std::vector<real> seen = run(observed, observed_ops);
+    // Listening adds no op to the tape and changes no value: the probes are what the forward computes anyway.
+    CHECK(observed_ops == plain_ops);
+    CHECK(seen == plain);
+    CHECK_FALSE(probes.seen.empty());
+    // Nobody listening to a fused pass: attention runs as one op, as in training.
+    Pass fused;
+    fused.fuse_attention = true;
+    run(fused, fused_ops);
+    CHECK(std::count(fused_ops.begin(), fused_ops.end(), "attention_heads") == 6);  // 2 + 2·2 attentions
 }

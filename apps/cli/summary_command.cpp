@@ -51,7 +51,7 @@ void add_summary_command(CLI::App& app) {
         if (!model_given && !opt->init) throw std::runtime_error("summary: give --model DIR or --init (see tapeformer summary --help)");
         std::unique_ptr<Transformer> built;
         ModelBundle bundle;
-        const Transformer* m = nullptr;
+        Transformer* m = nullptr;
         if (model_given) {
             bundle = load_model_dir(opt->model_dir);
             m = bundle.model.get();

@@ -45,7 +45,9 @@ struct Storage {
     std::size_t size = 0;
     bool requires_grad = false;
     bool is_leaf = true;        // created by the user, not by an op: keeps .grad after backward
+    bool shape_only = false;    // made inside a ShapeOnly scope: no values (data is null)
     explicit Storage(std::size_t n);
+    Storage(std::size_t n, bool shape_only);
     ~Storage();
     Storage(const Storage&) = delete;
     Storage& operator=(const Storage&) = delete;
@@ -60,6 +62,22 @@ struct GradTarget {
     real beta() const { return overwrite ? real(0) : real(1); }
 };
 
+// Inside a ShapeOnly scope (PyTorch's meta device) new tensors hold a shape and no values: data() is null,
+// and filling them (Tensor::full, the initialisers of linear.h) does nothing. A model built inside one
+// allocates nothing, yet its parameters have the real model's names and shapes: that is how
+// ModelConfig::parameter_count and parameter_shapes read the model's structure off its constructors.
+class ShapeOnly {
+public:
+    ShapeOnly();
+    ~ShapeOnly();
+    ShapeOnly(const ShapeOnly&) = delete;
+    ShapeOnly& operator=(const ShapeOnly&) = delete;
+    static bool active();  // on this thread
+
+private:
+    bool was_;
+};
+
 class Tensor {
 public:
     Tensor() = default;  // an undefined tensor (defined() == false)
@@ -71,6 +89,7 @@ public:
     static Tensor scalar(real value) { return full(Shape{}, value); }
 
     bool defined() const { return storage_ != nullptr; }
+    bool shape_only() const { return storage_ && storage_->shape_only; }  // made inside a ShapeOnly scope
     const Shape& shape() const { return shape_; }
     std::int64_t size(int i) const { return shape_[i]; }
     int rank() const { return shape_.rank; }

@@ -24,6 +24,7 @@
 #include "tapeformer/optim.h"
 #include "tapeformer/pool.h"
 #include "tapeformer/schedule.h"
+#include "tapeformer/teach/summary.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -208,16 +209,16 @@ double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, dou
 }
 
 // The model's size and the work of one step, as torch_ref.py computes them.
-void describe(const BenchRun& run, BenchTrainResult& res, std::ostream* log) {
+void describe(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     const BenchTrainOptions& o = run.options;
-    const ForwardFlops fl = forward_flops(o);
+    res.rss_after_model_mb = peak_rss_mb();  // before the counting pass below
+    const ForwardFlops fl = forward_flops(run.model, o.batch, o.src_len, o.tgt_len);
     res.options = o;
     res.threads = num_threads();
     res.precision = precision();  // what runs: fp32 where bf16 was asked for on a CPU without it
     res.params = run.model.parameter_count();
     res.fwd_gflop_per_step = fl.total / 1e9;
     res.train_gflop_per_step = 3 * fl.total / 1e9;
-    res.rss_after_model_mb = peak_rss_mb();
     if (!log) return;
     char buf[768];
     std::snprintf(buf, sizeof buf,
@@ -394,17 +395,13 @@ void BenchTrainOptions::validate() const {
     model_config(*this).validate();  // layers, heads dividing d_model, dropout range
 }
 
-ForwardFlops forward_flops(const BenchTrainOptions& a) {
-    const double d = double(a.d_model), f = double(a.ffn), V = double(a.vocab), B = double(a.batch);
-    const double S = double(a.src_len), T = double(a.tgt_len), Ns = B * S, Nt = B * T;
-    const double enc = 2 * Ns * d * 3 * d + 2 * Ns * d * d + 2 * 2 * B * S * S * d + 2 * 2 * Ns * d * f;
-    const double dec_self = 2 * Nt * d * 3 * d + 2 * Nt * d * d + 2 * 2 * B * T * T * d;
-    const double dec_cross = 2 * Nt * d * d + 2 * Ns * d * 2 * d + 2 * Nt * d * d + 2 * 2 * B * T * S * d;
-    const double dec = dec_self + dec_cross + 2 * 2 * Nt * d * f;
+ForwardFlops forward_flops(Transformer& model, std::int64_t B, std::int64_t S, std::int64_t T) {
     ForwardFlops fl;
-    fl.encoder = double(enc_layers(a)) * enc;
-    fl.decoder = double(dec_layers(a)) * dec;
-    fl.out_proj = 2 * Nt * d * V;
+    for (const SummaryRow& r : summarize(model, B, S, T).rows) {
+        if (r.depth != 1) continue;
+        const std::string stack = r.name.substr(0, r.name.find('.'));  // "encoder.layers.0" -> "encoder"
+        (stack == "encoder" ? fl.encoder : stack == "decoder" ? fl.decoder : fl.out_proj) += 2.0 * double(r.mult_adds);
+    }
     fl.total = fl.encoder + fl.decoder + fl.out_proj;
     return fl;
 }

@@ -61,8 +61,7 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
         auto attn = std::make_shared<MultiHeadAttention>(C, H, real(0.2));
         Rng init(seed);
         attn->init(init);
-        ParamList params;
-        attn->parameters(params, "");
+        ParamList params = named_parameters(*attn);
         jitter(params, ++k);
         std::vector<Tensor> in = {random_tensor({B, S, C}, ++k)};
         for (const Tensor& t : tensors_of(params)) in.push_back(t);
@@ -91,8 +90,7 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
         auto attn = std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Additive);
         Rng init(seed);
         attn->init(init);
-        ParamList params;
-        attn->parameters(params, "");
+        ParamList params = named_parameters(*attn);
         jitter(params, ++k);
         std::vector<Tensor> in = {random_tensor({B, T, C}, ++k)};
         for (const Tensor& t : tensors_of(params)) in.push_back(t);
@@ -108,9 +106,7 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
         Rng init(seed + 1);
         enc->init(init);
         dec->init(init);
-        ParamList pe, pd;
-        enc->parameters(pe, "");
-        dec->parameters(pd, "");
+        ParamList pe = named_parameters(*enc), pd = named_parameters(*dec);
         jitter(pe, ++k);
         jitter(pd, ++k);
         std::vector<Tensor> in_e = {random_tensor({B, S, C}, ++k)};

@@ -78,27 +78,42 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dr
     if (score == AttentionScore::Additive) score_v = make_param({H, D});
 }
 
-Tensor MultiHeadAttention::project_q(const Tensor& x) const {
-    return split_heads(linear(x, in_proj_weight.rows(0, C), in_proj_bias.rows(0, C)), H);  // (B, H, Tq, D)
+Tensor MultiHeadAttention::project_q(const Tensor& x, const Pass& pass) const {
+    Tensor q = linear(x, in_proj_weight.rows(0, C), in_proj_bias.rows(0, C));  // (B, Tq, C)
+    pass.probe(this, "q_proj", q);
+    return split_heads(q, H);  // (B, H, Tq, D)
 }
 
-std::pair<Tensor, Tensor> MultiHeadAttention::project_kv(const Tensor& x) const {
+std::pair<Tensor, Tensor> MultiHeadAttention::project_kv(const Tensor& x, const Pass& pass) const {
     Tensor kv = linear(x, in_proj_weight.rows(C, 3 * C), in_proj_bias.rows(C, 3 * C));  // (B, Tk, 2C)
+    pass.probe(this, "kv_proj", kv);
     return {slice_heads(kv, 0, C, H), slice_heads(kv, C, 2 * C, H)};  // K, V: (B, H, Tk, D) each
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                                  const Pass& pass) {
+                                  const Pass& pass) const {
+    pass.probe(this, "q", q);
+    pass.probe(this, "k", k);
+    pass.probe(this, "v", v);
     // scores = Q Kᵀ / √D: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk), the 1/√D inside the product;
     // or additive: s_ij = v · tanh(q_i + k_j), (B, H, Tq, D), (B, H, Tk, D), (H, D) -> (B, H, Tq, Tk)
     Tensor scores = score == AttentionScore::Dot ? matmul(q, k, false, true, real(1) / std::sqrt(real(D)))
                                                  : additive_scores(q, k, score_v);
+    pass.probe(this, "scores", scores);
+    if (mask.defined()) pass.probe(this, "mask", mask);  // added inside softmax
     Tensor weights = softmax(scores, mask);  // (B, H, Tq, Tk), each row sums to 1 over the keys
-    if (pass.keep_attention) last_weights = weights;
+    pass.probe(this, "weights", weights);
     Tensor context = matmul(dropout(weights, dropout_p, pass), v);  // (B, H, Tq, D)
-    if (pass.keep_attention) last_context = context;
-    if (gate.requires_grad() || !is_all_ones(gate)) context = mul(context, gate);  // ξ_h · head_h
-    return out_proj.forward(merge_heads(context));  // (B, Tq, C) @ W_oᵀ
+    pass.probe(this, "context", context);
+    if (gate.requires_grad() || !is_all_ones(gate)) {
+        context = mul(context, gate);  // ξ_h · head_h
+        pass.probe(this, "gate", context);
+    }
+    Tensor merged = merge_heads(context);  // (B, H, Tq, D) -> (B, Tq, C)
+    pass.probe(this, "merge", merged);
+    Tensor out = out_proj.forward(merged);  // (B, Tq, C) @ W_oᵀ + b_o
+    pass.probe(this, "out_proj", out);
+    return out;
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass,
@@ -111,7 +126,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
                                     key_value.shape().str() + " must be (B, T, " + std::to_string(C) + ")");
     if (cache && tape().recording())
         throw std::logic_error("attention: a key/value cache is for inference only (run it under NoGradGuard)");
-    const bool fused = pass.fuse_attention && score == AttentionScore::Dot && !cache && !pass.keep_attention &&
+    const bool fused = pass.fuse_attention && score == AttentionScore::Dot && !cache && !pass.observer &&
                        !gate.requires_grad() && is_all_ones(gate);
     if (fused) {  // the same numbers as attend() below, in one op (ops.h attention_heads)
         Rng unused;
@@ -127,6 +142,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
     if (self) {
         // Self-attention: Q, K, V from one (B, T, C) @ (3C, C)ᵀ product.
         Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)
+        pass.probe(this, "qkv", qkv);
         Tensor q = slice_heads(qkv, 0, C, H);                        // (B, H, T, D)
         if (!cache) return attend(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask, pass);
         // Decoding: the new positions' K, V join the cached ones, and each query sees the keys up to its own.
@@ -136,13 +152,14 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
         cache->append(qkv, C, 2 * C, H, D);
         return attend(q, cache->k, cache->v, cache->causal_mask(query.size(1)), pass);  // over (B, H, capacity, D)
     }
+    Tensor q = project_q(query, pass);  // (B, H, Tq, D)
     if (cache && cache->empty()) {  // cross-attention, first call: the memory's K, V, kept for the later calls
-        auto [k, v] = project_kv(key_value);  // (B, H, Tk, D) each
+        auto [k, v] = project_kv(key_value, pass);  // (B, H, Tk, D) each
         cache->assign(k, v);
     }
-    if (cache) return attend(project_q(query), cache->k, cache->v, mask, pass);
-    auto [k, v] = project_kv(key_value);  // (B, H, Tk, D) each
-    return attend(project_q(query), k, v, mask, pass);
+    if (cache) return attend(q, cache->k, cache->v, mask, pass);
+    auto [k, v] = project_kv(key_value, pass);  // (B, H, Tk, D) each
+    return attend(q, k, v, mask, pass);
 }
 
 // ---- the key/value cache ----------------------------------------------------------------------------------
@@ -219,11 +236,11 @@ void KVCache::select_rows(const std::vector<std::int64_t>& from) {
     v = gather_rows(v, from);  // (M, H, capacity, D)
 }
 
-void MultiHeadAttention::parameters(ParamList& out, const std::string& prefix) const {
-    out.push_back({prefix + "in_proj_weight", in_proj_weight});
-    out.push_back({prefix + "in_proj_bias", in_proj_bias});
-    out_proj.parameters(out, prefix + "out_proj.");
-    if (score == AttentionScore::Additive) out.push_back({prefix + "score_v", score_v});
+void MultiHeadAttention::visit(ModuleWalk& walk) const {
+    walk.parameter("in_proj_weight", in_proj_weight);
+    walk.parameter("in_proj_bias", in_proj_bias);
+    walk.child("out_proj", out_proj);
+    walk.parameter("score_v", score_v);  // additive scoring only (undefined otherwise: left out)
 }
 
 void MultiHeadAttention::init(Rng& rng) {
@@ -278,13 +295,13 @@ Tensor PerHeadAttention::forward(const Tensor& query, const Tensor& key_value, c
     return out_proj.forward(concat_last(heads));  // (B, Tq, H·D) @ W_oᵀ
 }
 
-void PerHeadAttention::parameters(ParamList& out, const std::string& prefix) const {
+void PerHeadAttention::visit(ModuleWalk& walk) const {
     for (std::int64_t h = 0; h < H; ++h) {
-        wq[h].parameters(out, prefix + "heads." + std::to_string(h) + ".q_proj.");
-        wk[h].parameters(out, prefix + "heads." + std::to_string(h) + ".k_proj.");
-        wv[h].parameters(out, prefix + "heads." + std::to_string(h) + ".v_proj.");
+        walk.child("heads." + std::to_string(h) + ".q_proj", wq[h]);
+        walk.child("heads." + std::to_string(h) + ".k_proj", wk[h]);
+        walk.child("heads." + std::to_string(h) + ".v_proj", wv[h]);
     }
-    out_proj.parameters(out, prefix + "out_proj.");
+    walk.child("out_proj", out_proj);
 }
 
 TF_NAMESPACE_END

@@ -12,14 +12,20 @@ TF_NAMESPACE_BEGIN
 Embedding::Embedding(std::int64_t V, std::int64_t C, std::int32_t pad)
     : weight(make_param({V, C})), padding_idx(pad), scale(real(std::sqrt(double(C)))) {}
 
-Tensor Embedding::forward(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T) const {
+Tensor Embedding::forward(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T, const Pass& pass) const {
     Tensor x = embedding(weight, ids, {B, T}, padding_idx);  // (B, T, C)
-    return scale == real(1) ? x : tf::scale(x, scale);
+    pass.probe(this, "embed", x);
+    if (scale == real(1)) return x;
+    x = tf::scale(x, scale);  // (B, T, C)
+    pass.probe(this, "scale", x);
+    return x;
 }
+
+void Embedding::visit(ModuleWalk& walk) const { walk.parameter("weight", weight); }
 
 void Embedding::init(Rng& rng) {
     init_normal(weight, rng, 1.0 / std::sqrt(double(weight.size(1))));
-    if (padding_idx >= 0 && padding_idx < weight.size(0)) {
+    if (!weight.shape_only() && padding_idx >= 0 && padding_idx < weight.size(0)) {
         real* row = weight.data() + std::int64_t(padding_idx) * weight.size(1);
         for (std::int64_t c = 0; c < weight.size(1); ++c) row[c] = 0;
     }
@@ -31,6 +37,7 @@ PositionalEncoding::PositionalEncoding(PositionalKind k, std::int64_t max_len, s
         return;
     }
     table = Tensor::empty({max_len, C});  // a constant: no gradient
+    if (table.shape_only()) return;
     real* pe = table.data();
     for (std::int64_t pos = 0; pos < max_len; ++pos)
         for (std::int64_t i = 0; i < C; i += 2) {
@@ -41,17 +48,19 @@ PositionalEncoding::PositionalEncoding(PositionalKind k, std::int64_t max_len, s
         }
 }
 
-Tensor PositionalEncoding::forward(const Tensor& x, std::int64_t start) const {
+Tensor PositionalEncoding::forward(const Tensor& x, std::int64_t start, const Pass& pass) const {
     const std::int64_t T = x.size(1);
     if (start + T > table.size(0))
         throw std::invalid_argument("positional encoding: position " + std::to_string(start + T - 1) +
                                     " is beyond max_len " + std::to_string(table.size(0)) +
                                     " (raise the model's max_len or shorten the input)");
-    return add(x, table.rows(start, start + T));  // (B, T, C) + (T, C)
+    Tensor out = add(x, table.rows(start, start + T));  // (B, T, C) + (T, C)
+    pass.probe(this, "positional", out);
+    return out;
 }
 
-void PositionalEncoding::parameters(ParamList& out, const std::string& prefix) const {
-    if (kind == PositionalKind::Learned) out.push_back({prefix + "weight", table});
+void PositionalEncoding::visit(ModuleWalk& walk) const {
+    if (kind == PositionalKind::Learned) walk.parameter("weight", table);
 }
 
 TF_NAMESPACE_END

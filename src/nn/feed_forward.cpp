@@ -12,12 +12,15 @@ Tensor FeedForward::forward(const Tensor& x, const Pass& pass) const {
     Tensor h = linear1.forward(x);  // (B, T, F)
     // ReLU and its dropout are one op: see relu_dropout in ops.h.
     h = activation == Activation::ReLU ? relu_dropout(h, dropout_p, pass) : dropout(gelu(h), dropout_p, pass);
-    return linear2.forward(h);  // (B, T, C)
+    pass.probe(this, "ffn_hidden", h);  // (B, T, F), what linear2 reads
+    Tensor out = linear2.forward(h);  // (B, T, C)
+    pass.probe(this, "ffn_out", out);
+    return out;
 }
 
-void FeedForward::parameters(ParamList& out, const std::string& prefix) const {
-    linear1.parameters(out, prefix + "linear1.");
-    linear2.parameters(out, prefix + "linear2.");
+void FeedForward::visit(ModuleWalk& walk) const {
+    walk.child("linear1", linear1);
+    walk.child("linear2", linear2);
 }
 
 void FeedForward::init(Rng& rng) {

@@ -10,9 +10,9 @@ LayerNorm::LayerNorm(std::int64_t C) : weight(make_param({C})), bias(make_param(
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
-void LayerNorm::parameters(ParamList& out, const std::string& prefix) const {
-    out.push_back({prefix + "weight", weight});
-    out.push_back({prefix + "bias", bias});
+void LayerNorm::visit(ModuleWalk& walk) const {
+    walk.parameter("weight", weight);
+    walk.parameter("bias", bias);
 }
 
 TF_NAMESPACE_END

@@ -17,9 +17,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
 
-void Linear::parameters(ParamList& out, const std::string& prefix) const {
-    out.push_back({prefix + "weight", weight});
-    if (bias.defined()) out.push_back({prefix + "bias", bias});
+void Linear::visit(ModuleWalk& walk) const {
+    walk.parameter("weight", weight);
+    walk.parameter("bias", bias);  // left out when there is none
 }
 
 void Linear::init(Rng& rng) {
@@ -34,16 +34,19 @@ void init_xavier_uniform(Tensor& t, Rng& rng) {
 }
 
 void init_uniform(Tensor& t, Rng& rng, double bound) {
+    if (t.shape_only()) return;  // nothing to fill (ShapeOnly, tensor.h); the draws are not needed either
     real* p = t.data();
     for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = real((2 * rng.uniform() - 1) * bound);
 }
 
 void init_normal(Tensor& t, Rng& rng, double std) {
+    if (t.shape_only()) return;
     real* p = t.data();
     for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = real(rng.normal() * std);
 }
 
 void init_constant(Tensor& t, real value) {
+    if (t.shape_only()) return;
     real* p = t.data();
     for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = value;
 }

@@ -1,9 +1,38 @@
-// What every module shares (module.h): fresh parameters, the list of distinct parameters, dropout by pass.
+// What every module shares (module.h): the module walk, fresh parameters, the list of distinct parameters,
+// dropout by pass.
 #include "tapeformer/nn/module.h"
 
 #include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
+
+void ModuleWalk::enter(const std::string& name, const char* type, const char* role, const void* module, bool flat) {
+    ModuleEntry e;
+    e.type = type, e.role = role, e.module = module;
+    std::string prefix;
+    if (!open_.empty()) {
+        const ModuleEntry& parent = modules[open_.back().entry];
+        e.name = parent.name.empty() ? name : parent.name + "." + name;
+        e.depth = parent.depth + 1;
+        prefix = open_.back().param_prefix + (flat ? "" : name + ".");
+    }
+    modules.push_back(std::move(e));
+    open_.push_back({modules.size() - 1, prefix});
+}
+
+void ModuleWalk::leave() { open_.pop_back(); }
+
+void ModuleWalk::parameter(const std::string& name, const Tensor& t) {
+    if (!t.defined()) return;
+    parameters.push_back({open_.back().param_prefix + name, t});
+    for (const Open& o : open_) modules[o.entry].parameters.push_back(parameters.size() - 1);
+}
+
+const ModuleEntry* ModuleWalk::find(const void* module, const char* type) const {
+    for (const ModuleEntry& e : modules)
+        if (e.module == module && e.type == type) return &e;
+    return nullptr;
+}
 
 Tensor make_param(const Shape& shape) {
     Tensor t = Tensor::zeros(shape);

@@ -2,6 +2,8 @@
 #include "tapeformer/nn/transformer.h"
 
 #include <cmath>
+#include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -39,7 +41,7 @@ PositionalKind parse_positional(const std::string& s) {
     throw std::invalid_argument("positional encoding '" + s + "' is not one of: sinusoidal, learned");
 }
 
-void ModelConfig::validate() const {
+void ModelConfig::validate_settings() const {
     // Each number within its bounds (settings()) first: the checks below divide by them.
     for (const Setting<ModelConfig>& s : settings())
         if (const std::string problem = setting_problem(s, *this); !problem.empty())
@@ -53,6 +55,10 @@ void ModelConfig::validate() const {
     for (auto [name, id] : {std::pair<const char*, std::int32_t>{"pad_id", pad_id}, {"bos_id", bos_id}, {"eos_id", eos_id}})
         if (id < 0 || id >= std::min(src_vocab, tgt_vocab))
             throw std::invalid_argument(std::string("model config: ") + name + " " + std::to_string(id) + " is outside the vocabulary");
+}
+
+void ModelConfig::validate() const {
+    validate_settings();
     // Each size is bounded; together they must still fit in memory. The positional table is allocated
     // even when it is not learned.
     const std::int64_t weights = parameter_count() + (positional == PositionalKind::Sinusoidal ? max_len * d_model : 0);
@@ -64,77 +70,99 @@ void ModelConfig::validate() const {
 }
 
 std::int64_t ModelConfig::parameter_count() const {
-    const std::int64_t C = d_model, F = ffn;
-    const std::int64_t attention = 3 * C * C + 3 * C + C * C + C    // in_proj (3C, C) + bias, out_proj (C, C) + bias
-                                   + (this->attention == AttentionScore::Additive ? C : 0);  // v (H, D)
-    const std::int64_t feed_forward = F * C + F + C * F + C;        // linear1 (F, C) + bias, linear2 (C, F) + bias
-    const std::int64_t layer_norm = 2 * C;                          // gain and bias
-    std::int64_t n = src_vocab * C;                                 // source embedding
-    if (tie != Tying::All) n += tgt_vocab * C;                      // target embedding
-    if (tie == Tying::None) n += tgt_vocab * C;                     // output projection
-    if (output_bias) n += tgt_vocab;                                // its bias
-    if (positional == PositionalKind::Learned) n += max_len * C;
-    n += enc_layers * (attention + feed_forward + 2 * layer_norm);
-    n += dec_layers * (2 * attention + feed_forward + 3 * layer_norm);
-    if (norm == NormPosition::Pre) n += 2 * layer_norm;           // the stacks' final LayerNorms
-    return n;
+    ShapeOnly shapes;  // the model's own constructors, allocating nothing
+    return Transformer(*this).parameter_count();
 }
 
-// The same walk as the constructors and parameters() below, on shapes only. The test "model settings:
-// parameter_shapes lists exactly the allocated model's parameters" keeps the two in step.
-std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
-    const std::int64_t C = d_model, F = ffn, H = heads, D = d_model / heads;
-    std::vector<ParameterShape> out;
-    // dims: (extent, the setting it follows from) pairs.
-    auto add = [&](const std::string& name, std::vector<std::pair<std::int64_t, const char*>> dims, const char* because) {
-        ParameterShape p{name, {}, {}, because};
-        for (const auto& [extent, setting] : dims) {
-            p.shape.push_back(extent);
-            p.dims_from.push_back(setting);
-        }
-        out.push_back(std::move(p));
-    };
-    auto layer_norm = [&](const std::string& prefix, const char* because) {
-        add(prefix + "weight", {{C, "d_model"}}, because);  // (C)
-        add(prefix + "bias", {{C, "d_model"}}, because);    // (C)
-    };
-    auto attention_block = [&](const std::string& prefix, const char* because) {
-        add(prefix + "in_proj_weight", {{3 * C, "d_model"}, {C, "d_model"}}, because);  // (3C, C)
-        add(prefix + "in_proj_bias", {{3 * C, "d_model"}}, because);                    // (3C)
-        add(prefix + "out_proj.weight", {{C, "d_model"}, {C, "d_model"}}, because);     // (C, C)
-        add(prefix + "out_proj.bias", {{C, "d_model"}}, because);                       // (C)
-        if (attention == AttentionScore::Additive) add(prefix + "score_v", {{H, "heads"}, {D, "heads"}}, "attention");  // (H, D)
-    };
-    auto feed_forward = [&](const std::string& prefix, const char* because) {
-        add(prefix + "linear1.weight", {{F, "ffn"}, {C, "d_model"}}, because);  // (F, C)
-        add(prefix + "linear1.bias", {{F, "ffn"}}, because);                    // (F)
-        add(prefix + "linear2.weight", {{C, "d_model"}, {F, "ffn"}}, because);  // (C, F)
-        add(prefix + "linear2.bias", {{C, "d_model"}}, because);                // (C)
-    };
+namespace {
+using ShapeList = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 
-    add("src_embed.weight", {{src_vocab, "src_vocab"}, {C, "d_model"}}, "");  // (V_src, C)
-    add("tgt_embed.weight", {{tgt_vocab, "tgt_vocab"}, {C, "d_model"}}, "");  // (V_tgt, C)
-    if (positional == PositionalKind::Learned) add("positional.weight", {{max_len, "max_len"}, {C, "d_model"}}, "positional");
-    for (std::int64_t i = 0; i < enc_layers; ++i) {
-        const std::string prefix = "encoder.layers." + std::to_string(i) + ".";
-        attention_block(prefix + "self_attn.", "enc_layers");
-        feed_forward(prefix, "enc_layers");
-        layer_norm(prefix + "norm1.", "enc_layers");
-        layer_norm(prefix + "norm2.", "enc_layers");
+// The parameters of a shape-only build of the model, in its order.
+ShapeList built_shapes(const ModelConfig& c) {
+    ShapeOnly shapes;
+    ShapeList out;
+    for (const NamedTensor& p : Transformer(c).parameters()) {
+        const Shape& s = p.tensor.shape();
+        out.push_back({p.name, std::vector<std::int64_t>(s.dims.begin(), s.dims.begin() + s.rank)});
     }
-    if (norm == NormPosition::Pre) layer_norm("encoder.norm.", "norm");
-    for (std::int64_t i = 0; i < dec_layers; ++i) {
-        const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
-        attention_block(prefix + "self_attn.", "dec_layers");
-        attention_block(prefix + "multihead_attn.", "dec_layers");
-        feed_forward(prefix, "dec_layers");
-        layer_norm(prefix + "norm1.", "dec_layers");
-        layer_norm(prefix + "norm2.", "dec_layers");
-        layer_norm(prefix + "norm3.", "dec_layers");
+    return out;
+}
+
+// c with size setting `key` changed a little (and still valid), or nothing when no change is valid.
+std::optional<ModelConfig> resized(const ModelConfig& c, const std::string& key) {
+    for (int sign : {1, -1}) {
+        ModelConfig v = c;
+        if (key == "heads") {
+            v.heads = c.heads > 1 ? 1 : c.d_model;  // both divide d_model
+        } else if (key == "d_model") {
+            v.d_model += sign * c.heads;  // still divisible by heads
+        } else if (key == "ffn") {
+            v.ffn += sign;
+        } else if (key == "src_vocab" || key == "tgt_vocab") {
+            (key == "src_vocab" ? v.src_vocab : v.tgt_vocab) += sign;
+            if (c.tie == Tying::All) v.src_vocab = v.tgt_vocab = (key == "src_vocab" ? v.src_vocab : v.tgt_vocab);
+        } else if (key == "max_len") {
+            v.max_len += sign;
+        }
+        try {
+            v.validate_settings();
+            return v;
+        } catch (const std::invalid_argument&) {
+        }
     }
-    if (norm == NormPosition::Pre) layer_norm("decoder.norm.", "norm");
-    add("generator.weight", {{tgt_vocab, "tgt_vocab"}, {C, "d_model"}}, "");  // (V_tgt, C), tied or not
-    if (output_bias) add("generator.bias", {{tgt_vocab, "tgt_vocab"}}, "output_bias");  // (V_tgt)
+    return std::nullopt;
+}
+
+// c with setting `key` at the value that gives a model the fewest parameters, or nothing when it is there.
+std::optional<ModelConfig> plainest(const ModelConfig& c, const std::string& key) {
+    ModelConfig v = c;
+    if (key == "attention") v.attention = AttentionScore::Dot;
+    if (key == "output_bias") v.output_bias = false;
+    if (key == "norm") v.norm = NormPosition::Post;
+    if (key == "positional") v.positional = PositionalKind::Sinusoidal;
+    if (key == "enc_layers") v.enc_layers = 1;
+    if (key == "dec_layers") v.dec_layers = 1;
+    if (v.to_metadata() == c.to_metadata()) return std::nullopt;
+    return v;
+}
+}  // namespace
+
+std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
+    std::vector<ParameterShape> out;
+    for (auto& [name, shape] : built_shapes(*this))
+        out.push_back({name, shape, std::vector<std::string>(shape.size()), ""});
+    // The setting each extent follows from: the first in this order whose change changes the extent.
+    const char* sizes[] = {"heads", "d_model", "ffn", "src_vocab", "tgt_vocab", "max_len"};
+    for (const char* key : sizes) {
+        const std::optional<ModelConfig> v = resized(*this, key);
+        if (!v) continue;
+        const ShapeList other = built_shapes(*v);
+        const std::map<std::string, std::vector<std::int64_t>> by_name(other.begin(), other.end());
+        for (ParameterShape& p : out) {
+            auto it = by_name.find(p.name);
+            if (it == by_name.end() || it->second.size() != p.shape.size()) continue;
+            for (std::size_t d = 0; d < p.shape.size(); ++d)
+                if (p.dims_from[d].empty() && it->second[d] != p.shape[d]) p.dims_from[d] = key;
+        }
+    }
+    // An extent no change could move (a setting at both its bounds): the first size setting of its value.
+    const std::map<std::string, std::string> value = to_metadata();
+    for (ParameterShape& p : out)
+        for (std::size_t d = 0; d < p.shape.size(); ++d)
+            for (const char* key : sizes)
+                if (p.dims_from[d].empty() && value.at(key) == std::to_string(p.shape[d])) p.dims_from[d] = key;
+    for (ParameterShape& p : out)
+        for (std::string& from : p.dims_from)
+            if (from.empty()) from = "d_model";
+    // The setting that gives the model a parameter: the first in this order whose plainest value takes it away.
+    for (const char* key : {"attention", "output_bias", "norm", "positional", "enc_layers", "dec_layers"}) {
+        const std::optional<ModelConfig> v = plainest(*this, key);
+        if (!v) continue;
+        std::set<std::string> kept;
+        for (auto& [name, shape] : built_shapes(*v)) kept.insert(name);
+        for (ParameterShape& p : out)
+            if (p.exists_because.empty() && !kept.count(p.name)) p.exists_because = key;
+    }
     return out;
 }
 
@@ -213,28 +241,43 @@ EncoderLayer::EncoderLayer(const ModelConfig& c)
       norm1(c.d_model), norm2(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
 
 namespace {
-// Post-norm "Add & Norm" of a sublayer's output after its dropout: LN(x + dropout(sublayer output)), one
-// fused op (add_dropout_layer_norm in ops.h).
-Tensor add_norm(const LayerNorm& norm, const Tensor& x, const Tensor& sublayer_out, real dropout_p, const Pass& pass) {
-    return add_dropout_layer_norm(x, sublayer_out, dropout_p, pass, norm.weight, norm.bias, norm.eps);
+// The sublayer connections, each reporting its output. Post-norm: "Add & Norm" of a sublayer's output after
+// its dropout, LN(x + dropout(sublayer output)), one fused op (add_dropout_layer_norm in ops.h), reported by
+// the LayerNorm. Pre-norm: the LayerNorm before the sublayer, then x + dropout(sublayer output), reported by
+// the layer.
+Tensor post_norm(const LayerNorm& norm, const Tensor& x, const Tensor& sublayer_out, real dropout_p, const Pass& pass) {
+    Tensor y = add_dropout_layer_norm(x, sublayer_out, dropout_p, pass, norm.weight, norm.bias, norm.eps);  // (B, T, C)
+    pass.probe(&norm, "add_norm", y);
+    return y;
+}
+Tensor pre_norm(const LayerNorm& norm, const Tensor& x, const Pass& pass) {
+    Tensor y = norm.forward(x);  // (B, T, C)
+    pass.probe(&norm, "norm", y);
+    return y;
+}
+template <class Layer>
+Tensor residual(const Layer* layer, const Tensor& x, const Tensor& sublayer_out, real dropout_p, const Pass& pass) {
+    Tensor y = add(x, dropout(sublayer_out, dropout_p, pass));  // (B, T, C)
+    pass.probe(layer, "residual", y);
+    return y;
 }
 }  // namespace
 
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& mask, const Pass& pass) {
     if (norm == NormPosition::Post) {
-        Tensor h = add_norm(norm1, x, self_attn.forward(x, x, mask, pass), dropout_p, pass);
-        return add_norm(norm2, h, ff.forward(h, pass), dropout_p, pass);
+        Tensor h = post_norm(norm1, x, self_attn.forward(x, x, mask, pass), dropout_p, pass);
+        return post_norm(norm2, h, ff.forward(h, pass), dropout_p, pass);
     }
-    Tensor n1 = norm1.forward(x);
-    Tensor h = add(x, dropout(self_attn.forward(n1, n1, mask, pass), dropout_p, pass));
-    return add(h, dropout(ff.forward(norm2.forward(h), pass), dropout_p, pass));
+    Tensor n1 = pre_norm(norm1, x, pass);
+    Tensor h = residual(this, x, self_attn.forward(n1, n1, mask, pass), dropout_p, pass);
+    return residual(this, h, ff.forward(pre_norm(norm2, h, pass), pass), dropout_p, pass);
 }
 
-void EncoderLayer::parameters(ParamList& out, const std::string& prefix) const {
-    self_attn.parameters(out, prefix + "self_attn.");
-    ff.parameters(out, prefix);
-    norm1.parameters(out, prefix + "norm1.");
-    norm2.parameters(out, prefix + "norm2.");
+void EncoderLayer::visit(ModuleWalk& walk) const {
+    walk.child("self_attn", self_attn, "self-attention");
+    walk.child("ff", ff, "feed-forward", /*flat=*/true);
+    walk.child("norm1", norm1);
+    walk.child("norm2", norm2);
 }
 
 void EncoderLayer::init(Rng& rng) {
@@ -253,23 +296,24 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor
     KVCache* self_cache = cache ? &cache->self_attn : nullptr;
     KVCache* memory_cache = cache ? &cache->multihead_attn : nullptr;
     if (norm == NormPosition::Post) {
-        Tensor h = add_norm(norm1, x, self_attn.forward(x, x, self_mask, pass, self_cache), dropout_p, pass);
-        h = add_norm(norm2, h, multihead_attn.forward(h, memory, memory_mask, pass, memory_cache), dropout_p, pass);
-        return add_norm(norm3, h, ff.forward(h, pass), dropout_p, pass);
+        Tensor h = post_norm(norm1, x, self_attn.forward(x, x, self_mask, pass, self_cache), dropout_p, pass);
+        h = post_norm(norm2, h, multihead_attn.forward(h, memory, memory_mask, pass, memory_cache), dropout_p, pass);
+        return post_norm(norm3, h, ff.forward(h, pass), dropout_p, pass);
     }
-    Tensor n1 = norm1.forward(x);
-    Tensor h = add(x, dropout(self_attn.forward(n1, n1, self_mask, pass, self_cache), dropout_p, pass));
-    h = add(h, dropout(multihead_attn.forward(norm2.forward(h), memory, memory_mask, pass, memory_cache), dropout_p, pass));
-    return add(h, dropout(ff.forward(norm3.forward(h), pass), dropout_p, pass));
+    Tensor n1 = pre_norm(norm1, x, pass);
+    Tensor h = residual(this, x, self_attn.forward(n1, n1, self_mask, pass, self_cache), dropout_p, pass);
+    h = residual(this, h, multihead_attn.forward(pre_norm(norm2, h, pass), memory, memory_mask, pass, memory_cache),
+                 dropout_p, pass);
+    return residual(this, h, ff.forward(pre_norm(norm3, h, pass), pass), dropout_p, pass);
 }
 
-void DecoderLayer::parameters(ParamList& out, const std::string& prefix) const {
-    self_attn.parameters(out, prefix + "self_attn.");
-    multihead_attn.parameters(out, prefix + "multihead_attn.");
-    ff.parameters(out, prefix);
-    norm1.parameters(out, prefix + "norm1.");
-    norm2.parameters(out, prefix + "norm2.");
-    norm3.parameters(out, prefix + "norm3.");
+void DecoderLayer::visit(ModuleWalk& walk) const {
+    walk.child("self_attn", self_attn, "causal self-attention");
+    walk.child("multihead_attn", multihead_attn, "cross-attention");
+    walk.child("ff", ff, "feed-forward", /*flat=*/true);
+    walk.child("norm1", norm1);
+    walk.child("norm2", norm2);
+    walk.child("norm3", norm3);
 }
 
 void DecoderLayer::init(Rng& rng) {
@@ -282,7 +326,8 @@ void DecoderLayer::init(Rng& rng) {
 
 namespace {
 const ModelConfig& validated(const ModelConfig& c) {
-    c.validate();
+    if (ShapeOnly::active()) c.validate_settings();  // validate()'s size bound is itself a shape-only build
+    else c.validate();
     return c;
 }
 }  // namespace
@@ -321,19 +366,19 @@ Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
     if (c.output_bias) generator_bias = make_param({c.tgt_vocab});  // zeros
 }
 
-ParamList Transformer::parameters() const {
-    ParamList out;
-    out.push_back({"src_embed.weight", src_embed.weight});
-    out.push_back({"tgt_embed.weight", tgt_embed.weight});
-    positional.parameters(out, "positional.");
-    for (std::size_t i = 0; i < encoder.size(); ++i) encoder[i].parameters(out, "encoder.layers." + std::to_string(i) + ".");
-    if (config.norm == NormPosition::Pre) encoder_norm.parameters(out, "encoder.norm.");
-    for (std::size_t i = 0; i < decoder.size(); ++i) decoder[i].parameters(out, "decoder.layers." + std::to_string(i) + ".");
-    if (config.norm == NormPosition::Pre) decoder_norm.parameters(out, "decoder.norm.");
-    out.push_back({"generator.weight", generator});
-    if (config.output_bias) out.push_back({"generator.bias", generator_bias});
-    return out;
+void Transformer::visit(ModuleWalk& walk) const {
+    walk.child("src_embed", src_embed);
+    walk.child("tgt_embed", tgt_embed);  // src_embed's table when tie == All
+    walk.child("positional", positional);
+    for (std::size_t i = 0; i < encoder.size(); ++i) walk.child("encoder.layers." + std::to_string(i), encoder[i]);
+    if (config.norm == NormPosition::Pre) walk.child("encoder.norm", encoder_norm);
+    for (std::size_t i = 0; i < decoder.size(); ++i) walk.child("decoder.layers." + std::to_string(i), decoder[i]);
+    if (config.norm == NormPosition::Pre) walk.child("decoder.norm", decoder_norm);
+    walk.parameter("generator.weight", generator);  // the target embedding's table when tied
+    walk.parameter("generator.bias", generator_bias);  // with output_bias only (undefined otherwise: left out)
 }
+
+ParamList Transformer::parameters() const { return named_parameters(*this); }
 
 std::int64_t Transformer::parameter_count() const {
     std::int64_t n = 0;
@@ -353,9 +398,14 @@ void check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int6
 Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S, const Pass& pass) {
     check_ids("encode", src, B, S);
     const Tensor mask = key_padding_mask(src, B, S, config.pad_id);  // (B, 1, 1, S)
-    Tensor x = dropout(positional.forward(src_embed.forward(src, B, S)), real(config.dropout), pass);  // (B, S, C)
+    Tensor x = dropout(positional.forward(src_embed.forward(src, B, S, pass), 0, pass), real(config.dropout), pass);  // (B, S, C)
     for (auto& layer : encoder) x = layer.forward(x, mask, pass);
-    return config.norm == NormPosition::Pre ? encoder_norm.forward(x) : x;
+    if (config.norm == NormPosition::Pre) {
+        x = encoder_norm.forward(x);  // (B, S, C)
+        pass.probe(&encoder_norm, "final_norm", x);
+    }
+    pass.probe(this, "memory", x);
+    return x;
 }
 
 Tensor Transformer::decode(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
@@ -378,31 +428,34 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
                                   const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                                   const Pass& pass, DecoderCache* cache) {
     const std::int64_t start = cache ? cache->position() : 0;
-    Tensor x = dropout(positional.forward(tgt_embed.forward(dec_in, B, T), start), real(config.dropout), pass);  // (B, T, C)
+    Tensor x = dropout(positional.forward(tgt_embed.forward(dec_in, B, T, pass), start, pass), real(config.dropout), pass);  // (B, T, C)
     for (std::size_t l = 0; l < decoder.size(); ++l)
         x = decoder[l].forward(x, memory, self_mask, memory_mask, pass, cache ? &cache->layers[l] : nullptr);
-    return config.norm == NormPosition::Pre ? decoder_norm.forward(x) : x;
+    if (config.norm == NormPosition::Pre) {
+        x = decoder_norm.forward(x);  // (B, T, C)
+        pass.probe(&decoder_norm, "final_norm", x);
+    }
+    return x;
 }
 
-Tensor Transformer::project(const Tensor& hidden) const {
-    if (config.output_bias) return affine(hidden, generator, generator_bias);  // (B, T, C) @ (V, C)ᵀ + (V) -> (B, T, V)
-    return matmul(hidden, generator, false, true);                            // (B, T, C) @ (V, C)ᵀ -> (B, T, V)
+Tensor Transformer::project(const Tensor& hidden, const Pass& pass) const {
+    Tensor logits = config.output_bias ? affine(hidden, generator, generator_bias)  // (B, T, C) @ (V, C)ᵀ + (V) -> (B, T, V)
+                                       : matmul(hidden, generator, false, true);    // (B, T, C) @ (V, C)ᵀ -> (B, T, V)
+    pass.probe(this, "logits", logits);
+    return logits;
 }
 
 Tensor Transformer::forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
                             const std::vector<std::int32_t>& dec_in, std::int64_t T, const Pass& pass) {
     Tensor memory = encode(src, B, S, pass);
-    return project(decode(dec_in, B, T, memory, src, S, pass));
+    return project(decode(dec_in, B, T, memory, src, S, pass), pass);
 }
 
 std::vector<std::pair<std::string, MultiHeadAttention*>> Transformer::attentions() {
     std::vector<std::pair<std::string, MultiHeadAttention*>> out;
-    for (std::size_t i = 0; i < encoder.size(); ++i)
-        out.push_back({"encoder.layers." + std::to_string(i) + ".self_attn", &encoder[i].self_attn});
-    for (std::size_t i = 0; i < decoder.size(); ++i) {
-        out.push_back({"decoder.layers." + std::to_string(i) + ".self_attn", &decoder[i].self_attn});
-        out.push_back({"decoder.layers." + std::to_string(i) + ".multihead_attn", &decoder[i].multihead_attn});
-    }
+    for (const ModuleEntry& e : named_modules(*this))
+        if (e.type == MultiHeadAttention::kType)  // a part of this (non-const) model, met through the const walk
+            out.push_back({e.name, const_cast<MultiHeadAttention*>(static_cast<const MultiHeadAttention*>(e.module))});
     return out;
 }
 

@@ -504,7 +504,7 @@ private:
     void prepare_directory();  // the run's settings (--resume: run.json, and which checkpoint to continue)
     void prepare_data();       // the corpus read and the tokenizer trained, in memory
     void build_model();        // the model, and with --resume its checkpoint loaded
-    void log_heads(const Batch& b, const LossReport& report);
+    void log_heads(const Batch& b, const LossReport& report, const AttentionProbes& probes);
     void start_writing();      // only now: --force's deletions, the tokenizer, run.json, metrics.jsonl
     void lock_directory();
     std::string resume_checkpoint();
@@ -935,9 +935,9 @@ void Trainer::write_metrics(const nlohmann::json& j) {
 }
 
 // One heads.jsonl line: what measure_training_step (heads.h) reads off this step's gradients and weights.
-void Trainer::log_heads(const Batch& b, const LossReport& report) {
+void Trainer::log_heads(const Batch& b, const LossReport& report, const AttentionProbes& probes) {
     nlohmann::json heads = nlohmann::json::array();
-    for (const HeadStats& h : measure_training_step(*model_, b))
+    for (const HeadStats& h : measure_training_step(*model_, b, probes))
         heads.push_back({{"head", h.id.str()}, {"importance", h.importance}, {"importance_raw", h.importance_raw},
                          {"grad_wq", h.grad_wq}, {"grad_wk", h.grad_wk}, {"grad_wv", h.grad_wv}, {"grad_wo", h.grad_wo},
                          {"entropy", h.entropy}, {"entropy_normalised", h.entropy_normalised}});
@@ -959,7 +959,8 @@ void Trainer::train_step(const Batch& b) {
     Pass pass{&dropout_rng_};
     pass.fuse_attention = true;  // the same numbers as the composed ops (ops.h attention_heads), faster
     const bool heads_step = c_.log_heads_every && state_.step % c_.log_heads_every == 0;
-    pass.keep_attention = heads_step;  // the attention weights, for the entropy in heads.jsonl
+    AttentionProbes heads_probes;  // the attention weights, for the entropy in heads.jsonl
+    if (heads_step) pass.observer = &heads_probes;
     Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, pass);
     // Nothing reads the logits after the loss's backward, so its gradient may take their memory; not with
     // --check-nan, which keeps the tape to look at every value.
@@ -984,7 +985,7 @@ void Trainer::train_step(const Batch& b) {
                                  "; the last checkpoint stays intact");
     }
     tape().clear();
-    if (heads_step) log_heads(b, report);  // gradients before clipping
+    if (heads_step) log_heads(b, report, heads_probes);  // gradients before clipping
     if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
     // Clipping (torch's clip_grad_norm_) as the optimizer's factor on the gradients: the same update.
     optimizer_->step(lr, c_.optim.clip > 0 ? clip_coefficient(last_grad_norm_, c_.optim.clip) : 1.0);

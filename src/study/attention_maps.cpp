@@ -1,5 +1,5 @@
-// attention_maps(): asks every attention module to keep its weights (Pass::keep_attention) during one
-// teacher-forced forward pass and copies them out per layer and head; the rest draws them.
+// attention_maps(): listens to every attention module's "weights" probe (AttentionProbes, heads.h) during
+// one teacher-forced forward pass and copies them out per layer and head; the rest draws them.
 #include "tapeformer/study/attention_maps.h"
 
 #include <algorithm>
@@ -64,24 +64,18 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
     dec_in.insert(dec_in.end(), tgt.begin(), tgt.end());
     const std::int64_t T = std::int64_t(dec_in.size());
 
+    AttentionProbes probes;
     Pass pass;
-    pass.keep_attention = true;
+    pass.observer = &probes;
     model.forward(src, 1, S, dec_in, T, pass);
     for (std::int32_t id : src) maps.src.push_back(tokenizers.source->id_to_piece(id));
     for (std::int32_t id : dec_in) maps.tgt_in.push_back(tokenizers.target->id_to_piece(id));
     for (std::size_t i = 1; i < dec_in.size(); ++i) maps.tgt_out.push_back(maps.tgt_in[i]);
     maps.tgt_out.push_back(tokenizers.target->id_to_piece(c.eos_id));
-    for (int l = 0; l < int(c.enc_layers); ++l) {
-        MultiHeadAttention& m = attention_of(model, HeadKind::E, l);
-        maps.encoder_self.push_back(per_head(m.last_weights));
-        m.last_weights = m.last_context = Tensor();
-    }
+    for (int l = 0; l < int(c.enc_layers); ++l) maps.encoder_self.push_back(per_head(probes.of(attention_of(model, HeadKind::E, l)).weights));
     for (int l = 0; l < int(c.dec_layers); ++l) {
-        MultiHeadAttention& d = attention_of(model, HeadKind::D, l);
-        MultiHeadAttention& a = attention_of(model, HeadKind::A, l);
-        maps.decoder_self.push_back(per_head(d.last_weights));
-        maps.cross.push_back(per_head(a.last_weights));
-        d.last_weights = a.last_weights = d.last_context = a.last_context = Tensor();
+        maps.decoder_self.push_back(per_head(probes.of(attention_of(model, HeadKind::D, l)).weights));
+        maps.cross.push_back(per_head(probes.of(attention_of(model, HeadKind::A, l)).weights));
     }
     return maps;
 }

@@ -1,7 +1,7 @@
 // study_heads(): one teacher-forced pass with gradients per batch, in file order. Each attention gets a gate
 // tensor ξ (B, H, Tq, 1) of ones (or zeros for masked heads) that requires grad; after backward its
-// gradient holds ⟨o_{b,h,t}, ∂L/∂o_{b,h,t}⟩ for every head and query, and the attention weights kept by the
-// pass give the statistics. Parameter gradients accumulate over all batches: they are of the loss summed
+// gradient holds ⟨o_{b,h,t}, ∂L/∂o_{b,h,t}⟩ for every head and query, and the attention weights the
+// pass's probes show (AttentionProbes) give the statistics. Parameter gradients accumulate over all batches: they are of the loss summed
 // over every target token of the data.
 #include "tapeformer/study/heads.h"
 
@@ -98,6 +98,19 @@ std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& 
     return heads;
 }
 
+void AttentionProbes::probe(const void* module, const char* type, const char* name, const Tensor& value) {
+    if (std::string(type) != MultiHeadAttention::kType) return;
+    if (std::string(name) == "weights") seen_[module].weights = value;
+    if (std::string(name) == "context") seen_[module].context = value;
+}
+
+const AttentionProbes::Seen& AttentionProbes::of(const MultiHeadAttention& m) const {
+    auto it = seen_.find(&m);
+    if (it == seen_.end() || !it->second.weights.defined() || !it->second.context.defined())
+        throw std::logic_error("heads: the pass did not show this attention's weights (was it given the observer?)");
+    return it->second;
+}
+
 MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer) {
     if (kind == HeadKind::E) return model.encoder.at(std::size_t(layer)).self_attn;
     if (kind == HeadKind::D) return model.decoder.at(std::size_t(layer)).self_attn;
@@ -151,15 +164,20 @@ std::vector<GatedAttention> gated_pass(Transformer& model, const Batch& b, real 
             MultiHeadAttention& m = attention_of(model, kind, l);
             if (m.gate.numel() != m.H) throw std::logic_error("heads: a gate that is not one value per head");
             const std::int64_t H = m.H, Tq = kind == HeadKind::E ? b.S : b.T;
-            GatedAttention at{kind, l, &m, m.gate, Tensor::empty({b.B, H, Tq, 1})};  // ξ (B, H, Tq, 1)
+            GatedAttention at{kind, l, &m, m.gate, Tensor::empty({b.B, H, Tq, 1}), Tensor(), Tensor()};  // ξ (B, H, Tq, 1)
             for (std::int64_t i = 0; i < at.gate.numel(); ++i) at.gate.data()[i] = at.saved_gate.data()[(i / Tq) % H];
             at.gate.set_requires_grad(true);
             m.gate = at.gate;
             out.push_back(std::move(at));
         }
+    AttentionProbes probes;
     Pass pass;
-    pass.keep_attention = true;
+    pass.observer = &probes;
     Tensor logits = model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
+    for (GatedAttention& at : out) {
+        at.weights = probes.of(*at.module).weights;
+        at.context = probes.of(*at.module).context;
+    }
     LossReport r;
     Tensor mean = sequence_loss(logits, b.target, model.config.pad_id, label_smoothing, &r);
     Tensor summed = scale(mean, real(r.tokens));  // summed over the batch's target tokens
@@ -185,6 +203,7 @@ struct Attention {
     int layer;
     MultiHeadAttention* module;
     Tensor gate;               // ξ (B, H, Tq, 1) of this batch, holding ∂L/∂ξ; undefined in training
+    Tensor weights, context;   // (B, H, Tq, Tk) and (B, H, Tq, D) of this batch, from the pass's probes
     std::vector<HeadSums> sums;
 };
 
@@ -195,8 +214,8 @@ void accumulate(Attention& at, const Batch& b, Granularity granularity) {
     const bool self = at.kind != HeadKind::A;
     const std::int64_t Tq = at.kind == HeadKind::E ? b.S : b.T, Tk = at.kind == HeadKind::D ? b.T : b.S;
     const real* g = at.gate.defined() ? std::as_const(at.gate).grad() : nullptr;  // (B, H, Tq, 1), or none
-    const real* w = m.last_weights.data();         // (B, H, Tq, Tk)
-    const real* o = m.last_context.data();         // (B, H, Tq, D)
+    const real* w = at.weights.data();             // (B, H, Tq, Tk)
+    const real* o = at.context.data();             // (B, H, Tq, D)
     const real* wo = m.out_proj.weight.data();     // W_o (C, C): head h owns columns [hD, (h+1)D)
     const std::int64_t C = m.C, D = m.D;
     for (std::int64_t h = 0; h < H; ++h) {
@@ -326,21 +345,19 @@ double out_projection_product(const MultiHeadAttention& m, std::int64_t h) {
 
 }  // namespace
 
-std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch) {
+std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch, const AttentionProbes& probes) {
     std::vector<HeadStats> out;
     for (HeadKind kind : kKinds)
         for (int l = 0; l < layers_of(model.config, kind); ++l) {
             MultiHeadAttention& m = attention_of(model, kind, l);
-            if (!m.last_weights.defined())
-                throw std::logic_error("measure_training_step: the pass did not keep the attention weights");
-            Attention at{kind, l, &m, Tensor(), std::vector<HeadSums>(std::size_t(m.H))};
+            const AttentionProbes::Seen& seen = probes.of(m);
+            Attention at{kind, l, &m, Tensor(), seen.weights, seen.context, std::vector<HeadSums>(std::size_t(m.H))};
             accumulate(at, batch, Granularity::batch);  // no gate gradient: the statistics only
             for (std::int64_t h = 0; h < m.H; ++h) {
                 at.sums[std::size_t(h)].importance = std::fabs(out_projection_product(m, h));
                 at.sums[std::size_t(h)].importance_count = 1;
             }
             finish(at, true, out);
-            m.last_weights = m.last_context = Tensor();
         }
     return out;
 }
@@ -359,7 +376,7 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
     for (HeadKind kind : kKinds)
         for (int l = 0; l < layers_of(model.config, kind); ++l) {
             MultiHeadAttention& m = attention_of(model, kind, l);
-            attentions.push_back({kind, l, &m, Tensor(), std::vector<HeadSums>(std::size_t(m.H))});
+            attentions.push_back({kind, l, &m, Tensor(), Tensor(), Tensor(), std::vector<HeadSums>(std::size_t(m.H))});
         }
     for (const auto& p : model.parameters()) {
         Tensor t = p.tensor;
@@ -374,6 +391,8 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
         report.loss += loss;
         for (std::size_t i = 0; i < attentions.size(); ++i) {
             attentions[i].gate = gated[i].gate;
+            attentions[i].weights = gated[i].weights;
+            attentions[i].context = gated[i].context;
             accumulate(attentions[i], b, options.granularity);
         }
         report.pairs += b.B;
@@ -381,7 +400,7 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
         report.tgt_tokens += b.num_tgt_tokens;
         ++report.batches;
     }
-    for (Attention& at : attentions) at.module->last_weights = at.module->last_context = Tensor();
+    for (Attention& at : attentions) at.gate = at.weights = at.context = Tensor();  // the last batch's tape tensors
 
     for (const Attention& at : attentions) finish(at, options.normalise, report.heads);
     return report;

@@ -173,8 +173,8 @@ struct DataSums {
 void accumulate(const GatedAttention& x, const GatedAttention& y, const Batch& b, DataSums& s) {
     const std::int64_t H = x.module->H;
     const std::int64_t Tq = x.kind == HeadKind::E ? b.S : b.T, Tk = x.kind == HeadKind::D ? b.T : b.S;
-    const real* wx = x.module->last_weights.data();  // (B, H, Tq, Tk)
-    const real* wy = y.module->last_weights.data();  // (B, H, Tq, Tk)
+    const real* wx = x.weights.data();  // (B, H, Tq, Tk)
+    const real* wy = y.weights.data();  // (B, H, Tq, Tk)
     const real* gx = std::as_const(x.gate).grad();    // (B, H, Tq, 1)
     const real* gy = std::as_const(y.gate).grad();    // (B, H, Tq, 1)
     for (std::int64_t r = 0; r < b.B; ++r) {
@@ -282,8 +282,6 @@ SimilarityReport head_similarity(const std::vector<Transformer*>& models, const 
                 }
         }
     }
-    for (Transformer* m : models)
-        for (auto& [name, attention] : m->attentions()) attention->last_weights = attention->last_context = Tensor();
 
     auto table = [&](std::size_t k, bool against_first) {
         SimilarityTable t;

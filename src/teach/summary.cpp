@@ -1,49 +1,71 @@
-// summarize(): walks the model's modules in data-flow order and counts, for each, its parameters (from the
-// module's own parameter list) and the multiply-adds of its products (from the shapes):
+// summarize(): the model's module walk gives the rows, their names, types and parameters; one forward pass
+// over a batch of the size asked for, with an observer, gives each module's output shape (that of the
+// last probe it or its parts report) and the multiply-adds of the matrix products it runs (the products
+// recorded on the tape since the previous probe belong to the module reporting the next):
 //   a linear layer (in → out) over N positions:     N · in · out
-//   attention, Tq queries over Tk keys, H heads:    projections, then H · Tq · Tk · D for Q Kᵀ and as many for
-//                                                   the weights times V
-// Element-wise work (softmax, layer norm, activations) is left out, as torchinfo leaves it out.
+//   Q Kᵀ and weights · V, Tq queries over Tk keys:  H · Tq · Tk · D each
+// Element-wise work (softmax, layer norm, activations) is left out, as torchinfo leaves it out. This file
+// names no part of the model: what the walk lists is what the table shows.
 #include "tapeformer/teach/summary.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
+
+#include "tapeformer/autograd.h"
 
 TF_NAMESPACE_BEGIN
 
 namespace {
 
-std::int64_t count(const ParamList& params) {
-    std::int64_t n = 0;
-    for (const auto& p : params) n += p.tensor.numel();
-    return n;
+// Multiply-adds of one tape record's matrix product; 0 for every other op.
+std::int64_t product_mult_adds(const TapeRecord& r) {
+    const std::string op = r.op;
+    if (op == "affine") return r.out.numel() * r.in[1].size(1);  // x (..., in) @ W (out, in)ᵀ: in per output value
+    if (op == "matmul") {  // (..., M, K) @ (..., K, N) -> (..., M, N), either operand possibly transposed
+        const Tensor& a = r.in[0];
+        return r.out.numel() * (a.size(-2) == r.out.size(-2) ? a.size(-1) : a.size(-2));
+    }
+    if (op == "additive_scores") return r.out.numel() * r.in[0].size(-1);  // v · tanh(q_i + k_j): D per score
+    return 0;
 }
 
-template <class Module>
-std::int64_t params_of(const Module& m) {
-    ParamList list;
-    m.parameters(list, "");
-    return count(list);
+bool within(const std::string& name, const std::string& outer) {  // name is outer or one of its parts
+    return outer.empty() || name == outer || name.rfind(outer + ".", 0) == 0;
 }
 
-// Multiply-adds of attention with Tq queries, Tk keys (and values) over a batch of B.
-std::int64_t attention_mult_adds(const MultiHeadAttention& a, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
-    const std::int64_t C = a.C;
-    const std::int64_t q = B * Tq * C * C, kv = 2 * B * Tk * C * C;  // x W_qᵀ; x_kv W_kᵀ and x_kv W_vᵀ
-    const std::int64_t scores = B * a.H * Tq * Tk * a.D;             // Q Kᵀ
-    const std::int64_t mix = B * a.H * Tq * Tk * a.D;                // weights · V
-    const std::int64_t out = B * Tq * C * C;                         // heads merged · W_oᵀ
-    return q + kv + scores + mix + out;
-}
+// Listens to the pass: per module, its own multiply-adds, the shape of the last probe it or its parts
+// reported, and when data first reached it.
+class Profiler : public ForwardObserver {
+public:
+    explicit Profiler(const ModuleWalk& walk) : walk_(walk), done_(tape().records().size()) {}
+    void probe(const void* module, const char* type, const char* name, const Tensor& value) override {
+        (void)name;
+        const ModuleEntry* e = walk_.find(module, type);
+        if (!e) return;
+        const std::vector<TapeRecord>& records = tape().records();
+        for (; done_ < records.size(); ++done_) own_mult_adds[e->name] += product_mult_adds(records[done_]);
+        for (const ModuleEntry& m : walk_.modules)
+            if (within(e->name, m.name)) {
+                output[m.name] = value.shape();
+                first.emplace(m.name, first.size());
+            }
+    }
+    std::map<std::string, std::int64_t> own_mult_adds;
+    std::map<std::string, Shape> output;
+    std::map<std::string, std::size_t> first;
 
-std::int64_t ffn_mult_adds(const FeedForward& f, std::int64_t N) {
-    return N * f.linear1.weight.size(0) * f.linear1.weight.size(1) + N * f.linear2.weight.size(0) * f.linear2.weight.size(1);
-}
+private:
+    const ModuleWalk& walk_;
+    std::size_t done_;
+};
 
 }  // namespace
 
-ModelSummary summarize(const Transformer& model, std::int64_t B, std::int64_t S, std::int64_t T) {
+ModelSummary summarize(Transformer& model, std::int64_t B, std::int64_t S, std::int64_t T) {
     const ModelConfig& c = model.config;
     if (B < 1 || S < 1 || T < 1)
         throw std::invalid_argument("summary: batch, source and target lengths must be >= 1, got " + std::to_string(B) +
@@ -51,65 +73,78 @@ ModelSummary summarize(const Transformer& model, std::int64_t B, std::int64_t S,
     if (S > c.max_len || T > c.max_len)
         throw std::invalid_argument("summary: the model covers at most " + std::to_string(c.max_len) +
                                     " positions, asked for S " + std::to_string(S) + ", T " + std::to_string(T));
-    const std::int64_t C = c.d_model, V = c.tgt_vocab;
+    const ModuleWalk walk(model);
+    Profiler profile(walk);
+    {
+        Pass pass;  // evaluation, recorded on the tape so that the products can be counted
+        pass.observer = &profile;
+        const std::vector<std::int32_t> src(std::size_t(B * S), c.eos_id), dec_in(std::size_t(B * T), c.bos_id);
+        model.forward(src, B, S, dec_in, T, pass);
+        tape().clear();
+    }
     ModelSummary s;
     s.B = B, s.S = S, s.T = T;
-    auto row = [&](int depth, std::string name, std::string kind, Shape out, std::int64_t params, std::int64_t mult_adds,
-                   bool shared = false) {
-        s.rows.push_back({depth, std::move(name), std::move(kind), out, params, shared, mult_adds});
-        return s.rows.size() - 1;
+    // A parameter's storage, as the first parameter of the walk that has it (tied tables share one).
+    auto storage_of = [&](std::size_t i) {
+        std::size_t j = 0;
+        while (!walk.parameters[j].tensor.same_storage(walk.parameters[i].tensor)) ++j;
+        return j;
     };
-    auto add_parts = [&](std::size_t layer) {  // a layer's totals are those of the rows after it
-        for (std::size_t r = layer + 1; r < s.rows.size(); ++r) {
-            s.rows[layer].params += s.rows[r].params;
-            s.rows[layer].mult_adds += s.rows[r].mult_adds;
+    std::set<std::size_t> counted;  // storages of the rows of depth 1 so far: a tied table is counted once
+    auto add_row = [&](int depth, const std::string& name, const std::string& kind, const std::vector<std::size_t>& params,
+                       const std::string& module, bool own_work_only) {
+        SummaryRow r;
+        r.depth = depth, r.name = name, r.kind = kind;
+        bool all_counted = !params.empty();
+        for (std::size_t i : params) {
+            r.params += walk.parameters[i].tensor.numel();
+            if (depth == 1) all_counted = !counted.insert(storage_of(i)).second && all_counted;
         }
+        r.shared = depth == 1 && all_counted;
+        for (const auto& [m, n] : profile.own_mult_adds)
+            if (own_work_only ? m == module : within(m, module)) r.mult_adds += n;
+        if (auto it = profile.output.find(module); it != profile.output.end()) r.output = it->second;
+        s.rows.push_back(std::move(r));
     };
-    row(0, "", "Transformer", Shape{B, T, V}, 0, 0);
+    // The parts of `parent` (one level down), in the order the data reached them; parts it never reached last.
+    auto parts_of = [&](const ModuleEntry& parent) {
+        std::vector<const ModuleEntry*> parts;
+        for (const ModuleEntry& e : walk.modules)
+            if (e.depth == parent.depth + 1 && within(e.name, parent.name)) parts.push_back(&e);
+        auto reached = [&](const ModuleEntry* e) {
+            auto it = profile.first.find(e->name);
+            return it == profile.first.end() ? profile.first.size() : it->second;
+        };
+        std::stable_sort(parts.begin(), parts.end(), [&](auto* x, auto* y) { return reached(x) < reached(y); });
+        return parts;
+    };
 
-    row(1, "encoder.embedding", "Embedding", Shape{B, S, C}, model.src_embed.weight.numel(), 0);
-    ParamList pos;
-    model.positional.parameters(pos, "");
-    row(1, "positional", c.positional == PositionalKind::Learned ? "PositionalEncoding, learned"
-                                                                 : "PositionalEncoding, sinusoidal",
-        Shape{B, S, C}, count(pos), 0);
-    for (std::size_t i = 0; i < model.encoder.size(); ++i) {
-        const EncoderLayer& l = model.encoder[i];
-        const std::string p = "encoder.layers." + std::to_string(i);
-        const std::size_t layer = row(1, p, "EncoderLayer", Shape{B, S, C}, 0, 0);
-        row(2, p + ".self_attn", "MultiHeadAttention", Shape{B, S, C}, params_of(l.self_attn),
-            attention_mult_adds(l.self_attn, B, S, S));
-        row(2, p + ".norm1", "LayerNorm", Shape{B, S, C}, 2 * C, 0);
-        row(2, p + ".linear1+linear2", "FeedForward", Shape{B, S, C}, params_of(l.ff), ffn_mult_adds(l.ff, B * S));
-        row(2, p + ".norm2", "LayerNorm", Shape{B, S, C}, 2 * C, 0);
-        add_parts(layer);
+    const ModuleEntry& root = walk.modules[0];
+    add_row(0, "", root.type, root.parameters, "", false);
+    s.rows[0].params = model.parameter_count();  // distinct values
+    for (const ModuleEntry* part : parts_of(root)) {
+        add_row(1, part->name, part->type, part->parameters, part->name, false);
+        for (const ModuleEntry* sub : parts_of(*part)) add_row(2, sub->name, sub->type, sub->parameters, sub->name, false);
     }
-    if (c.norm == NormPosition::Pre) row(1, "encoder.norm", "LayerNorm", Shape{B, S, C}, 2 * C, 0);
-
-    const bool tgt_shared = c.tie == Tying::All;
-    row(1, "decoder.embedding", "Embedding", Shape{B, T, C}, model.tgt_embed.weight.numel(), 0, tgt_shared);
-    for (std::size_t i = 0; i < model.decoder.size(); ++i) {
-        const DecoderLayer& l = model.decoder[i];
-        const std::string p = "decoder.layers." + std::to_string(i);
-        const std::size_t layer = row(1, p, "DecoderLayer", Shape{B, T, C}, 0, 0);
-        row(2, p + ".self_attn", "MultiHeadAttention, causal", Shape{B, T, C}, params_of(l.self_attn),
-            attention_mult_adds(l.self_attn, B, T, T));
-        row(2, p + ".norm1", "LayerNorm", Shape{B, T, C}, 2 * C, 0);
-        row(2, p + ".multihead_attn", "MultiHeadAttention, cross", Shape{B, T, C}, params_of(l.multihead_attn),
-            attention_mult_adds(l.multihead_attn, B, T, S));
-        row(2, p + ".norm2", "LayerNorm", Shape{B, T, C}, 2 * C, 0);
-        row(2, p + ".linear1+linear2", "FeedForward", Shape{B, T, C}, params_of(l.ff), ffn_mult_adds(l.ff, B * T));
-        row(2, p + ".norm3", "LayerNorm", Shape{B, T, C}, 2 * C, 0);
-        add_parts(layer);
-    }
-    if (c.norm == NormPosition::Pre) row(1, "decoder.norm", "LayerNorm", Shape{B, T, C}, 2 * C, 0);
-    row(1, "generator", "Linear, no bias", Shape{B, T, V}, model.generator.numel(), B * T * C * V, c.tie != Tying::None);
-
-    for (std::size_t r = 1; r < s.rows.size(); ++r)
-        if (s.rows[r].depth == 1) {
-            if (!s.rows[r].shared) s.rows[0].params += s.rows[r].params;
-            s.rows[0].mult_adds += s.rows[r].mult_adds;
+    // The model's own parameters (in no part: the output projection), one row per name before its last '.',
+    // with the products the model runs itself.
+    std::set<std::size_t> in_parts;
+    for (const ModuleEntry& e : walk.modules)
+        if (e.depth > 0) in_parts.insert(e.parameters.begin(), e.parameters.end());
+    std::map<std::string, std::vector<std::size_t>> own;
+    std::vector<std::string> own_order;
+    for (std::size_t i : root.parameters)
+        if (!in_parts.count(i)) {
+            const std::string& n = walk.parameters[i].name;
+            const std::string group = n.substr(0, n.rfind('.'));
+            if (!own.count(group)) own_order.push_back(group);
+            own[group].push_back(i);
         }
+    for (std::size_t g = 0; g < own_order.size(); ++g) {
+        add_row(1, own_order[g], std::string(root.type) + " parameters", own[own_order[g]], "", true);
+        if (g > 0) s.rows.back().mult_adds = 0;  // the model's own products are shown once
+        s.rows.back().output = s.rows[0].output;
+    }
     s.total_params = s.rows[0].params;
     s.trainable_bytes = s.total_params * std::int64_t(sizeof(float));
     return s;
@@ -132,9 +167,13 @@ std::string format_summary(const ModelSummary& s) {
     o << line << rule << "\n";
     for (std::size_t i = 0; i < s.rows.size(); ++i) {
         const SummaryRow& r = s.rows[i];
-        // A layer's parts are named after the layer: "encoder.layers.0.self_attn" shows as "self_attn".
+        // A part is named under its parent: "encoder.layers.0.self_attn" shows as "self_attn".
         std::string name = r.name;
-        if (r.depth == 2) name = name.substr(name.find('.', name.find("layers.") + 7) + 1);
+        for (std::size_t p = i; p-- > 0;)
+            if (s.rows[p].depth == r.depth - 1) {
+                if (r.depth > 1) name = name.substr(s.rows[p].name.size() + 1);
+                break;
+            }
         const std::string label = std::string(std::size_t(2 * r.depth), ' ') + (r.depth ? "└─" : "") +
                                   (name.empty() ? r.kind : name + " (" + r.kind + ")");
         const std::string params = r.shared ? "(tied)" : r.params ? with_commas(r.params) : "--";

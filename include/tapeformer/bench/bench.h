@@ -49,11 +49,16 @@ struct BenchTrainOptions {
     void validate() const;
 };
 
-// Matmul FLOPs (2·MAC) of one forward pass on a full padded batch, torch_ref.py's flops_forward.
+class Transformer;
+
+// Matmul FLOPs (2·MAC) of one forward pass of `model` on a full padded batch of B sentences of S source and
+// T target positions: twice the multiply-adds that summarize() (summary.h) counts on the model's own
+// forward, by stack (out_proj: what lies outside the encoder and decoder). The numbers of torch_ref.py's
+// flops_forward.
 struct ForwardFlops {
     double encoder = 0, decoder = 0, out_proj = 0, total = 0;
 };
-ForwardFlops forward_flops(const BenchTrainOptions& o);
+ForwardFlops forward_flops(Transformer& model, std::int64_t B, std::int64_t S, std::int64_t T);
 
 struct BenchTrainResult {
     BenchTrainOptions options;       // what was run (options.name is copied into the JSON line)

@@ -70,6 +70,7 @@ const char* to_string(AttentionScore s);
 AttentionScore parse_attention_score(const std::string& s);
 
 struct MultiHeadAttention {
+    static constexpr const char* kType = "MultiHeadAttention";
     std::int64_t C = 0, H = 0, D = 0;
     AttentionScore score = AttentionScore::Dot;
     Tensor in_proj_weight;  // (3C, C): rows [0, C) are W_q, [C, 2C) W_k, [2C, 3C) W_v — PyTorch's layout
@@ -78,8 +79,6 @@ struct MultiHeadAttention {
     Tensor score_v;         // v (H, D): each head's additive scoring vector (AttentionScore::Additive only)
     real dropout_p = 0;     // on the attention weights
     Tensor gate;            // ξ (1, H, 1, 1): not a parameter; set_requires_grad(true) to get ∂L/∂ξ
-    Tensor last_weights;    // (B, H, Tq, Tk), kept when the pass asks for it (Tk = the cache's capacity with a cache)
-    Tensor last_context;    // (B, H, Tq, D): each head's output Σ_j a_ij v_j before its gate, kept with last_weights
 
     MultiHeadAttention() = default;
     MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout, AttentionScore score = AttentionScore::Dot);
@@ -89,22 +88,28 @@ struct MultiHeadAttention {
     // product. With a cache (decoding, under NoGradGuard), as described at KVCache: self-attention appends
     // its K, V to the cache and needs no mask (it must be undefined); cross-attention projects key_value on
     // the first call only, and `mask` (B, 1, 1, Tk) masks the memory's padding as without a cache.
+    // Probes, in order: "qkv" (B, Tq, 3C) for self-attention, or "q_proj" (B, Tq, C) and "kv_proj" (B, Tk, 2C);
+    // then "q" (B, H, Tq, D), "k", "v" (B, H, Tk, D), "scores" (B, H, Tq, Tk), "mask" (as given), "weights"
+    // (B, H, Tq, Tk), "context" (B, H, Tq, D, each head's Σ_j a_ij v_j before its gate), "gate" (after ξ, only
+    // when a gate is not 1 or is trained), "merge" (B, Tq, C) and "out_proj" (B, Tq, C). With a cache, Tk is
+    // the cache's capacity. A pass with an observer runs the composed form, whose steps the probes name.
     Tensor forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass,
                    KVCache* cache = nullptr);
 
-    void parameters(ParamList& out, const std::string& prefix) const;
+    void visit(ModuleWalk& walk) const;  // in_proj_weight, in_proj_bias, out_proj, score_v (additive only)
     void init(Rng& rng);  // Xavier-uniform in_proj (as one (3C, C) matrix) and out_proj, zero biases, v ~ N(0, 1/D)
 
 private:
-    Tensor project_q(const Tensor& x) const;                      // (B, T, C) -> (B, H, T, D)
-    std::pair<Tensor, Tensor> project_kv(const Tensor& x) const;  // (B, T, C) -> K, V (B, H, T, D)
+    Tensor project_q(const Tensor& x, const Pass& pass) const;                      // (B, T, C) -> (B, H, T, D)
+    std::pair<Tensor, Tensor> project_kv(const Tensor& x, const Pass& pass) const;  // (B, T, C) -> K, V (B, H, T, D)
     // softmax(scores(Q, K) + mask) V, gated, heads merged and projected: -> (B, Tq, C)
-    Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Pass& pass);
+    Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Pass& pass) const;
 };
 
 // The same attention in its "theory" form: separate W_qʰ, W_kʰ, W_vʰ (D, C) for every head, each head
 // computed on its own, then concatenated. Slower; here to show that it is the fused form above.
 struct PerHeadAttention {
+    static constexpr const char* kType = "PerHeadAttention";
     std::int64_t C = 0, H = 0, D = 0;
     std::vector<Linear> wq, wk, wv;  // H of each, (D, C) with bias (D)
     Linear out_proj;
@@ -115,7 +120,7 @@ struct PerHeadAttention {
     // Copies the slices of a fused module's weights: W_qʰ = in_proj_weight[hD : (h+1)D], and so on.
     void load_from(const MultiHeadAttention& fused);
     Tensor forward(const Tensor& query, const Tensor& key_value, const Tensor& mask) const;
-    void parameters(ParamList& out, const std::string& prefix) const;
+    void visit(ModuleWalk& walk) const;  // heads.<h>.q_proj, k_proj, v_proj; out_proj
 };
 
 TF_NAMESPACE_END

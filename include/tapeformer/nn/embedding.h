@@ -9,14 +9,16 @@
 TF_NAMESPACE_BEGIN
 
 struct Embedding {
+    static constexpr const char* kType = "Embedding";
     Tensor weight;            // (V, C); the padding row starts at zero and never gets a gradient
     std::int32_t padding_idx = 0;
     real scale = 1;           // √C in the model: keeps embeddings on the scale of the positional signal
 
     Embedding() = default;
     Embedding(std::int64_t V, std::int64_t C, std::int32_t padding_idx);
-    // ids (B, T) -> (B, T, C)
-    Tensor forward(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T) const;
+    // ids (B, T) -> (B, T, C); probes "embed" (the table's rows) and, when scaled, "scale".
+    Tensor forward(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T, const Pass& pass = {}) const;
+    void visit(ModuleWalk& walk) const;  // weight
     // N(0, C^-0.5) as in the reference benchmark, padding row zeroed.
     void init(Rng& rng);
 };
@@ -24,6 +26,7 @@ struct Embedding {
 enum class PositionalKind { Sinusoidal, Learned };
 
 struct PositionalEncoding {
+    static constexpr const char* kType = "PositionalEncoding";
     PositionalKind kind = PositionalKind::Sinusoidal;
     // Sinusoidal: a constant table, computed once:
     //   PE[pos, 2i] = sin(pos / 10000^(2i/C)),   PE[pos, 2i+1] = cos(pos / 10000^(2i/C))
@@ -32,9 +35,10 @@ struct PositionalEncoding {
 
     PositionalEncoding() = default;
     PositionalEncoding(PositionalKind kind, std::int64_t max_len, std::int64_t C);
-    // x (B, T, C) -> x + PE[0..T)   (or the positions [start, start + T) during incremental decoding)
-    Tensor forward(const Tensor& x, std::int64_t start = 0) const;
-    void parameters(ParamList& out, const std::string& prefix) const;  // only when learned
+    // x (B, T, C) -> x + PE[0..T)   (or the positions [start, start + T) during incremental decoding);
+    // probes "positional".
+    Tensor forward(const Tensor& x, std::int64_t start = 0, const Pass& pass = {}) const;
+    void visit(ModuleWalk& walk) const;  // weight, only when learned
 };
 
 TF_NAMESPACE_END

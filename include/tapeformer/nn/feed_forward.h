@@ -10,6 +10,7 @@ TF_NAMESPACE_BEGIN
 enum class Activation { ReLU, GELU };
 
 struct FeedForward {
+    static constexpr const char* kType = "FeedForward";
     Linear linear1;  // (F, C)
     Linear linear2;  // (C, F)
     Activation activation = Activation::ReLU;
@@ -17,9 +18,10 @@ struct FeedForward {
 
     FeedForward() = default;
     FeedForward(std::int64_t C, std::int64_t F, Activation activation, real dropout);
-    Tensor forward(const Tensor& x, const Pass& pass) const;  // (B, T, C) -> (B, T, F) -> (B, T, C)
-    // PyTorch names them linear1 / linear2 directly under the layer: prefix is the layer's.
-    void parameters(ParamList& out, const std::string& prefix) const;
+    // (B, T, C) -> (B, T, F) -> (B, T, C); probes "ffn_hidden" (what linear2 reads: after the activation and,
+    // in training, its dropout) and "ffn_out".
+    Tensor forward(const Tensor& x, const Pass& pass) const;
+    void visit(ModuleWalk& walk) const;  // linear1, linear2
     void init(Rng& rng);
 };
 

@@ -8,6 +8,7 @@
 TF_NAMESPACE_BEGIN
 
 struct LayerNorm {
+    static constexpr const char* kType = "LayerNorm";
     Tensor weight;  // γ (C), initialised to 1
     Tensor bias;    // β (C), initialised to 0
     real eps = real(1e-5);
@@ -15,7 +16,7 @@ struct LayerNorm {
     LayerNorm() = default;
     explicit LayerNorm(std::int64_t C);
     Tensor forward(const Tensor& x) const;  // (..., C) -> (..., C)
-    void parameters(ParamList& out, const std::string& prefix) const;
+    void visit(ModuleWalk& walk) const;  // weight, bias
 };
 
 TF_NAMESPACE_END

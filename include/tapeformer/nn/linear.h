@@ -8,6 +8,7 @@
 TF_NAMESPACE_BEGIN
 
 struct Linear {
+    static constexpr const char* kType = "Linear";
     Tensor weight;  // (out, in)
     Tensor bias;    // (out), undefined when the layer has none
 
@@ -15,7 +16,7 @@ struct Linear {
     Linear(std::int64_t in, std::int64_t out, bool with_bias);
     // x: (..., in) -> (..., out)
     Tensor forward(const Tensor& x) const;
-    void parameters(ParamList& out, const std::string& prefix) const;
+    void visit(ModuleWalk& walk) const;  // weight, bias
     // Xavier-uniform weight, bias uniform in ±1/√in (PyTorch's Linear default for the bias).
     void init(Rng& rng);
 };
@@ -23,7 +24,8 @@ struct Linear {
 // y = x Wᵀ + b for any weight and bias (views of a fused projection, too).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
-// Initialisers; each draws from rng in element order, so a seed gives the same model on any machine.
+// Initialisers; each draws from rng in element order, so a seed gives the same model on any machine. A
+// shape-only tensor (ShapeOnly, tensor.h) is left as it is.
 void init_xavier_uniform(Tensor& t, Rng& rng);              // U(±√(6 / (fan_in + fan_out)))
 void init_uniform(Tensor& t, Rng& rng, double bound);       // U(±bound)
 void init_normal(Tensor& t, Rng& rng, double std);          // N(0, std²)

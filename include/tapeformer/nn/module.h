@@ -1,5 +1,7 @@
-// What every module shares: a way to list its parameters under the names users see in checkpoints
-// (PyTorch's state-dict names), and the switch between training and evaluation behaviour (dropout).
+// What every module shares: the module walk, by which each module names its parameters and its parts once
+// (PyTorch's named_parameters() / named_modules(), under the names users see in checkpoints); the pass,
+// which switches between training and evaluation behaviour (dropout) and may carry an observer of the
+// forward's intermediates (PyTorch's forward hooks).
 #pragma once
 #include <string>
 #include <vector>
@@ -20,16 +22,98 @@ using ParamList = std::vector<NamedTensor>;
 // left out.
 ParamList unique_parameters(const ParamList& params);
 
+// ---- probes: what a forward pass shows to whoever listens ------------------------------------------------
+
+// A listener to one forward pass. Modules report named intermediates at the points the lessons name —
+// "qkv", "q", "k", "v", "scores", "mask", "weights", "context", "merge", "out_proj", "ffn_hidden", "add_norm",
+// ... — together with the module that computed them (named by the module walk below). The tensors are the
+// forward's own (on the tape when it records); the modules keep nothing of a pass once it returns.
+class ForwardObserver {
+public:
+    virtual ~ForwardObserver() = default;
+    // `module` of type `type` (its kType; a module and its first member share an address) reports `value`.
+    virtual void probe(const void* module, const char* type, const char* name, const Tensor& value) = 0;
+};
+
 // How one forward pass runs. Passed down through every module's forward().
 struct Pass {
     Rng* dropout_rng = nullptr;   // training: dropout masks come from here; nullptr: evaluation, no dropout
-    bool keep_attention = false;  // attention modules keep their weights (B, H, Tq, Tk) for inspection
+    // Whoever listens to this pass's probes; nullptr (the default): nobody, so nothing is reported and
+    // nothing computed for it.
+    ForwardObserver* observer = nullptr;
     // Attention as one op over heads read in place (ops.h attention_heads: the same numbers, faster) instead
     // of the composed ops a reader of the tape sees; where it applies (dot-product scores, no cache, no
-    // kept weights, every head's gate 1 and not trained). Training and bench train turn it on.
+    // observer, every head's gate 1 and not trained). Training and bench train turn it on.
     bool fuse_attention = false;
     bool training() const { return dropout_rng != nullptr; }
+    // A module reports `value` under `name`: to the observer if there is one.
+    template <class M>
+    void probe(const M* module, const char* name, const Tensor& value) const {
+        if (observer) observer->probe(module, M::kType, name, value);
+    }
 };
+
+// ---- the module walk: each module names its parameters and parts once ----------------------------------
+
+// Every module has `static constexpr const char* kType` (its type's name) and `void visit(ModuleWalk&) const`,
+// which lists its own parameters and its child modules in order, each under the name users see. Nothing
+// else describes the structure: parameter lists, counts and shapes, the attention modules, the summary's
+// rows and the module names on the tape all come from this walk.
+struct ModuleEntry {
+    std::string name;     // "encoder.layers.0.self_attn"; "" for the root
+    std::string type;     // "MultiHeadAttention"
+    std::string role;     // what its parent uses it for ("causal self-attention"); "" when the type says it
+    int depth = 0;        // 0: the root
+    const void* module = nullptr;
+    std::vector<std::size_t> parameters;  // indices into the walk's parameter list: its own and its parts'
+};
+
+class ModuleWalk {
+public:
+    std::vector<ModuleEntry> modules;  // in the order visit() lists them, parents before their parts
+    ParamList parameters;              // in the order visit() lists them
+
+    // Starts at a root module.
+    template <class M>
+    explicit ModuleWalk(const M& root) {
+        enter("", M::kType, "", &root, false);
+        root.visit(*this);
+        leave();
+    }
+
+    // A part of the module being visited, named `name` under it. `flat`: its parameters are named as if they
+    // were the parent's own (PyTorch puts a feed-forward network's linear1, linear2 straight under the layer).
+    template <class M>
+    void child(const std::string& name, const M& m, const char* role = "", bool flat = false) {
+        enter(name, M::kType, role, &m, flat);
+        m.visit(*this);
+        leave();
+    }
+    // A parameter of the module being visited (an undefined tensor is left out).
+    void parameter(const std::string& name, const Tensor& t);
+
+    // The entry of `module` of type `type`, nullptr when the walk did not meet it.
+    const ModuleEntry* find(const void* module, const char* type) const;
+
+private:
+    struct Open {
+        std::size_t entry;
+        std::string param_prefix;  // what the module's parameter names start with
+    };
+    std::vector<Open> open_;
+    void enter(const std::string& name, const char* type, const char* role, const void* module, bool flat);
+    void leave();
+};
+
+// PyTorch's named_parameters() and named_modules() of any module.
+template <class M>
+ParamList named_parameters(const M& root) {
+    return ModuleWalk(root).parameters;
+}
+template <class M>
+std::vector<ModuleEntry> named_modules(const M& root) {
+    return ModuleWalk(root).modules;
+}
 
 // Dropout with probability p when the pass is training, the identity otherwise; and the fused forms
 // (ops.h) of dropout(relu(x)) and layer_norm(x + dropout(residual)), which fall back to relu and

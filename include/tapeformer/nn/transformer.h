@@ -60,9 +60,15 @@ struct ModelConfig {
 
     // Throws std::invalid_argument naming the offending setting(s), before anything is allocated.
     void validate() const;
-    // Weights this configuration allocates (a tied table counted once), computed without allocating.
+    // validate() but for the bound on the total size, which needs a shape-only build of the model (whose
+    // constructor runs this instead).
+    void validate_settings() const;
+    // Weights this configuration allocates (a tied table counted once): the parameters of a shape-only
+    // build of the model (ShapeOnly, tensor.h), so nothing is allocated.
     std::int64_t parameter_count() const;
-    // Every parameter Transformer(*this).parameters() lists, in its order, computed without allocating.
+    // Every parameter Transformer(*this).parameters() lists, in its order, from a shape-only build; which
+    // setting each extent follows from and which setting gives the model the parameter are found by
+    // building it again with that setting changed.
     std::vector<ParameterShape> parameter_shapes() const;
     // Every setting above with its name, bounds and help: the one table that flags, run.json and the
     // weights file's metadata are read and written through (settings.h).
@@ -83,6 +89,7 @@ Tying parse_tying(const std::string& s);
 PositionalKind parse_positional(const std::string& s);
 
 struct EncoderLayer {
+    static constexpr const char* kType = "EncoderLayer";
     MultiHeadAttention self_attn;
     FeedForward ff;  // linear1, linear2
     LayerNorm norm1, norm2;
@@ -91,9 +98,10 @@ struct EncoderLayer {
 
     EncoderLayer() = default;
     explicit EncoderLayer(const ModelConfig& c);
-    // x (B, S, C), mask (B, 1, 1, S) -> (B, S, C)
+    // x (B, S, C), mask (B, 1, 1, S) -> (B, S, C). Probes, after each sublayer, "add_norm" (post-norm, from
+    // the LayerNorm that made it) or "residual" (pre-norm), and "norm" (pre-norm: the sublayer's input).
     Tensor forward(const Tensor& x, const Tensor& mask, const Pass& pass);
-    void parameters(ParamList& out, const std::string& prefix) const;
+    void visit(ModuleWalk& walk) const;  // self_attn, ff (linear1, linear2), norm1, norm2
     void init(Rng& rng);
 };
 
@@ -110,6 +118,7 @@ struct DecoderCache {
 };
 
 struct DecoderLayer {
+    static constexpr const char* kType = "DecoderLayer";
     MultiHeadAttention self_attn;       // causal
     MultiHeadAttention multihead_attn;  // cross-attention over the encoder output
     FeedForward ff;
@@ -122,14 +131,16 @@ struct DecoderLayer {
     // x (B, T, C), memory (B, S, C), self_mask (B, 1, T, T), memory_mask (B, 1, 1, S) -> (B, T, C)
     // With a cache (decoding, under NoGradGuard): x holds the T positions after those already cached,
     // self_mask must be undefined (the cache masks by position) and memory is read on the first call only.
+    // Probes as EncoderLayer's.
     Tensor forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                    const Pass& pass, DecoderLayerCache* cache = nullptr);
-    void parameters(ParamList& out, const std::string& prefix) const;
+    void visit(ModuleWalk& walk) const;  // self_attn, multihead_attn, ff (linear1, linear2), norm1, norm2, norm3
     void init(Rng& rng);
 };
 
 class Transformer {
 public:
+    static constexpr const char* kType = "Transformer";
     ModelConfig config;
     Embedding src_embed, tgt_embed;  // tgt_embed shares src_embed's table when tie == All
     PositionalEncoding positional;
@@ -139,16 +150,23 @@ public:
     Tensor generator;       // (V_tgt, C); the target embedding's table when tied
     Tensor generator_bias;  // (V_tgt), only with config.output_bias
 
-    // Validates the config, allocates and initialises every parameter from `seed`.
+    // Validates the config, allocates and initialises every parameter from `seed` (inside a ShapeOnly scope:
+    // allocates nothing, and gives every parameter its shape).
     explicit Transformer(const ModelConfig& config, std::uint64_t seed = 1);
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
 
-    // Every parameter under its PyTorch name, in a fixed order. With tying, the shared tensor appears
+    // The module walk (module.h): src_embed, tgt_embed, positional, encoder.layers.<i>, encoder.norm
+    // (pre-norm), decoder.layers.<i>, decoder.norm (pre-norm), then the parameters generator.weight and
+    // generator.bias (with output_bias).
+    void visit(ModuleWalk& walk) const;
+    // Every parameter under its PyTorch name, in the walk's order. With tying, the shared tensor appears
     // under each of its names (optimizers and savers handle the sharing).
     ParamList parameters() const;
     std::int64_t parameter_count() const;  // distinct values (a shared table counted once)
 
+    // Probes: the embeddings' and the layers' (see each module), "final_norm" (pre-norm, from the stack's
+    // LayerNorm), "memory" (the encoder's output, from the model), "logits" (from the model).
     // src (B, S) -> memory (B, S, C)
     Tensor encode(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S, const Pass& pass);
     // dec_in (B, T), memory (B, S, C), src (B, S) for the memory mask -> hidden (B, T, C)
@@ -160,13 +178,13 @@ public:
     // Every call runs DecoderLayer::forward, as decode does, in evaluation mode. Needs NoGradGuard.
     Tensor decode_step(const std::vector<std::int32_t>& dec_in, std::int64_t N, std::int64_t T, const Tensor& memory,
                        const Tensor& memory_mask, DecoderCache& cache);
-    Tensor project(const Tensor& hidden) const;  // (B, T, C) -> logits (B, T, V)
+    Tensor project(const Tensor& hidden, const Pass& pass = {}) const;  // (B, T, C) -> logits (B, T, V)
     // The whole model: logits (B, T, V).
     Tensor forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
                    const std::vector<std::int32_t>& dec_in, std::int64_t T, const Pass& pass);
 
-    // Every attention module under its name ("encoder.layers.0.self_attn", ...): head gates ξ and, after a
-    // pass with keep_attention, the attention weights.
+    // Every attention module under its name ("encoder.layers.0.self_attn", ...), in the walk's order: where
+    // the head gates ξ are.
     std::vector<std::pair<std::string, MultiHeadAttention*>> attentions();
 
 private:

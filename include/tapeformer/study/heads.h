@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,22 @@ const char* to_string(Granularity g);
 
 // ---- the pass every study is built on ------------------------------------------------------------------
 
+// What the attention modules show of one forward pass, to a study that listens (Pass::observer): each
+// one's probes "weights" (B, H, Tq, Tk) and "context" (B, H, Tq, D: each head's Σ_j a_ij v_j before its
+// gate). The tensors are the pass's own; the modules keep nothing.
+class AttentionProbes : public ForwardObserver {
+public:
+    struct Seen {
+        Tensor weights, context;
+    };
+    void probe(const void* module, const char* type, const char* name, const Tensor& value) override;
+    // What `m` reported; throws std::logic_error when the pass did not run it.
+    const Seen& of(const MultiHeadAttention& m) const;
+
+private:
+    std::map<const void*, Seen> seen_;
+};
+
 // Consecutive examples in file order, as indices, while B · max(S, T) stays within `budget` (S = source +
 // EOS, T = BOS + target).
 std::vector<std::vector<std::int64_t>> file_order_batches(const std::vector<Example>& examples, std::int64_t budget);
@@ -68,16 +85,18 @@ std::vector<std::vector<std::int64_t>> file_order_batches(const std::vector<Exam
 struct GatedAttention {
     HeadKind kind;
     int layer;
-    MultiHeadAttention* module;  // keeps last_weights (B, H, Tq, Tk) and last_context (B, H, Tq, D)
+    MultiHeadAttention* module;
     Tensor saved_gate;           // (1, H, 1, 1): the model's gate, put back after the pass
     Tensor gate;                 // ξ (B, H, Tq, 1) = the model's gate at every query, with its gradient
+    Tensor weights;              // (B, H, Tq, Tk): the pass's attention weights (its probe "weights")
+    Tensor context;              // (B, H, Tq, D): each head's output before its gate (its probe "context")
 };
 
 // One teacher-forced pass over `batch` with dropout off and gradients on: every attention's gate becomes a
-// per-query ξ that requires grad and every attention keeps its weights; backward of the loss summed over
-// the batch's target tokens (label smoothing ε, 0 for the NLL), which is also written to *loss. Parameter
-// gradients accumulate (+=). Returns the attentions, E layers, then D, then A; the model's gates are
-// restored, its kept weights are not cleared.
+// per-query ξ that requires grad, and the attentions' probes give their weights; backward of the loss
+// summed over the batch's target tokens (label smoothing ε, 0 for the NLL), which is also written to *loss.
+// Parameter gradients accumulate (+=). Returns the attentions, E layers, then D, then A; the model's gates
+// are restored.
 std::vector<GatedAttention> gated_pass(Transformer& model, const Batch& batch, real label_smoothing, double* loss = nullptr);
 
 struct HeadStudyOptions {
@@ -123,12 +142,12 @@ struct HeadReport {
 // as they were (masked heads stay masked and are measured as such).
 HeadReport study_heads(Transformer& model, const std::vector<Example>& examples, const HeadStudyOptions& options);
 
-// During training (`train --log-heads-every N`), at no extra pass: from the gradients and attention weights
-// (Pass::keep_attention) that a training step's forward and backward left, before clipping. Importance is
+// During training (`train --log-heads-every N`), at no extra pass: from the gradients that a training step's
+// backward left, before clipping, and the attention probes its forward showed to `probes`. Importance is
 // the batch form through the identity ∂L/∂ξ_h = ⟨W_o^h, ∂L/∂W_o^h⟩_F, of the step's own loss (label-smoothed,
 // mean over the batch's target tokens, dropout on); importance_raw is left unnormalised and `importance`
 // normalised per layer. Gradient norms and attention statistics as in study_heads.
-std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch);
+std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch, const AttentionProbes& probes);
 
 // The line pairs with both sides non-empty, trimmed. Throws std::invalid_argument starting with `what` when
 // the counts differ or no pair is left.

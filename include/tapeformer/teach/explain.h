@@ -5,11 +5,9 @@
 // the logits, their softmax and the chosen tokens. Every stage keeps its tensor, its shape in letters and
 // the file and function that computes it in the model.
 //
-// The numbers are the model's own: each stage is computed with the same ops, on the same parameters, as
-// the module named beside it, and after every attention, FFN and layer explain() runs the module's own
-// forward() and throws if the two disagree — the walkthrough cannot drift from the model. The final
-// logits are those of Transformer::forward (tests/test_explain.cpp compares them, and the chosen tokens
-// with greedy decoding).
+// The numbers are the model's own: every stage of the model is a probe of its real forward (Pass::observer,
+// nn/module.h), reported by the module that computes it, in the order it computes it; the module walk names
+// that module ("where"). explain() re-computes nothing, so the walkthrough cannot drift from the model.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,7 +32,8 @@ struct ExplainStage {
     std::string block;    // "self-attention", "causal self-attention", "cross-attention", "feed-forward", ""
     std::string title;    // what happens, with the equation
     std::string letters;  // the shape in letters: "(B, S, C)"
-    std::string where;    // the file and function of the model that compute it
+    std::string where;    // the module that reports it, as the module walk names it: "encoder.layers.0.self_attn
+                          // (MultiHeadAttention)"; the file and function for the stages explain adds itself
     Tensor value;         // the stage's tensor (undefined for text stages); on the tape with backward
     bool per_head = false;              // value is (B, H, rows, cols): --head picks a head
     std::vector<std::string> rows;      // labels of the rows of the excerpt (tokens)
@@ -59,10 +58,10 @@ struct Explanation {
     bool checks_passed = true;               // every stage check passed
 };
 
-// Runs the stages in evaluation mode (no dropout). With options.backward, records them on the tape, runs
-// the cross-entropy of the target backward, fills each stage's grad_norm and sets the model's parameter
-// gradients back to zero. Throws std::invalid_argument for an empty or too long sentence, std::logic_error
-// when a stage disagrees with the module that computes it in the model.
+// Runs the model once in evaluation mode (no dropout), listening to its probes. With options.backward,
+// records the pass on the tape, runs the cross-entropy of the target backward, fills each stage's grad_norm
+// and sets the model's parameter gradients back to zero. Throws std::invalid_argument for an empty or too
+// long sentence.
 Explanation explain(Transformer& model, const TokenizerPair& tokenizers, const std::string& sentence,
                     const ExplainOptions& options = {});
 

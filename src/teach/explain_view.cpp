@@ -1,0 +1,136 @@
+// The printout of an explanation (explain.h): the stages a view selects, with their numbers, checks and
+// gradient norms. explain.cpp builds the stages from the model's probes.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "tapeformer/teach/explain.h"
+#include "tapeformer/io.h"
+
+TF_NAMESPACE_BEGIN
+
+namespace {
+
+std::string value_str(real v) {
+    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    return fmt("%.4f", double(v));
+}
+
+}  // namespace
+
+// ---- the printout ---------------------------------------------------------------------------------------------
+
+namespace {
+
+bool shown(const ExplainStage& s, const ExplainView& v) {
+    if (v.layer >= 0 && s.layer != v.layer) return false;
+    if (!v.stages.empty() && std::find(v.stages.begin(), v.stages.end(), s.id) == v.stages.end()) return false;
+    return true;
+}
+
+std::string label(const std::vector<std::string>& labels, std::int64_t i, std::size_t width) {
+    std::string s = std::size_t(i) < labels.size() ? labels[i] : std::to_string(i);
+    if (s.size() > width) s = s.substr(0, width);
+    return s + std::string(width - s.size(), ' ');
+}
+
+// The first rows × columns of a (rows, cols) matrix at `base`.
+void matrix_excerpt(std::ostringstream& o, const real* base, std::int64_t R, std::int64_t K, const ExplainStage& s,
+                    const std::string& indent) {
+    constexpr std::int64_t kRows = 6, kCols = 8;
+    if (!s.cols.empty()) {
+        o << indent << std::string(10, ' ');
+        for (std::int64_t k = 0; k < std::min(K, kCols); ++k) {
+            std::string c = std::size_t(k) < s.cols.size() ? s.cols[k] : std::to_string(k);
+            if (c.size() > 9) c = c.substr(0, 9);
+            o << " " << std::string(9 - c.size(), ' ') << c;  // right-aligned over the numbers
+        }
+        o << "\n";
+    }
+    for (std::int64_t r = 0; r < std::min(R, kRows); ++r) {
+        o << indent << label(s.rows, r, 10);
+        for (std::int64_t k = 0; k < std::min(K, kCols); ++k) {
+            const std::string v = value_str(base[r * K + k]);
+            o << " " << std::string(9 - std::min<std::size_t>(9, v.size()), ' ') << v;
+        }
+        if (K > kCols) o << "  … (" << K << " columns)";
+        o << "\n";
+    }
+    if (R > kRows) o << indent << "… (" << R << " rows)\n";
+}
+
+void values(std::ostringstream& o, const ExplainStage& s, const ExplainView& v) {
+    const Tensor& t = s.value;
+    if (t.rank() == 3) {
+        matrix_excerpt(o, t.data(), t.size(1), t.size(2), s, "      ");
+    } else if (t.rank() == 4) {
+        const std::int64_t H = t.size(1), R = t.size(2), K = t.size(3);
+        for (std::int64_t h = 0; h < H; ++h) {
+            if (v.head >= 0 && h != v.head) continue;
+            o << "      head " << h << ":\n";
+            matrix_excerpt(o, t.data() + h * R * K, R, K, s, "        ");
+        }
+    }
+}
+
+}  // namespace
+
+void check_view(const Explanation& ex, const ModelConfig& c, const ExplainView& v) {
+    const std::int64_t layers = std::max(c.enc_layers, c.dec_layers);
+    if (v.layer < -1 || v.layer >= layers)
+        throw std::invalid_argument("--layer: the model has layers 0.." + std::to_string(layers - 1) + ", got " + std::to_string(v.layer));
+    if (v.head < -1 || v.head >= c.heads)
+        throw std::invalid_argument("--head: the model has heads 0.." + std::to_string(c.heads - 1) + ", got " + std::to_string(v.head));
+    const std::vector<std::string> ids = explain_stage_ids();
+    for (const std::string& id : v.stages)
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) {
+            std::string present;
+            for (const ExplainStage& s : ex.stages)
+                if (present.find(" " + s.id + ",") == std::string::npos) present += " " + s.id + ",";
+            throw std::invalid_argument("--stage: no stage '" + id + "'; this model's stages are" + present.substr(0, present.size() - 1));
+        }
+}
+
+std::string format_explanation(const Explanation& ex, const ExplainView& v) {
+    std::ostringstream o;
+    std::string heading;
+    int n = 0;
+    for (const ExplainStage& s : ex.stages) {
+        ++n;
+        if (!shown(s, v)) continue;
+        std::string h = s.part + (s.layer >= 0 ? " layer " + std::to_string(s.layer) : "") + (s.block.empty() ? "" : ", " + s.block);
+        if (h != heading) {
+            o << "\n== " << h << " ==\n";
+            heading = h;
+        }
+        o << "[" << n << "] " << s.id << ": " << s.title;
+        if (s.value.defined()) o << "   " << s.letters << " = " << s.value.shape().str();
+        else if (!s.letters.empty()) o << "   " << s.letters;
+        o << "\n      computed in " << s.where << "\n";
+        if (!s.text.empty() && (v.values || !s.value.defined())) {
+            std::istringstream lines(s.text);
+            for (std::string line; std::getline(lines, line);) o << "      " << line << "\n";
+        }
+        if (v.values && s.value.defined()) values(o, s, v);
+        if (v.checks)
+            for (const StageCheck& k : s.checks) o << "      check " << (k.passed ? "ok  " : "FAIL") << "  " << k.what << "\n";
+    }
+    if (v.backward) {
+        o << "\n== backward: loss = cross-entropy of the target = " << fmt("%.4f", ex.loss)
+          << "; gradient norms in the order backward reaches the stages ==\n";
+        for (std::size_t i = ex.stages.size(); i-- > 0;) {
+            const ExplainStage& s = ex.stages[i];
+            if (!s.value.defined() || !shown(s, v)) continue;
+            std::string where = s.part + (s.layer >= 0 ? " layer " + std::to_string(s.layer) : "") + (s.block.empty() ? "" : " " + s.block);
+            char buf[256];
+            const std::string index = "[" + std::to_string(i + 1) + "]";
+            std::snprintf(buf, sizeof buf, "%-5s %-10s %-38s ", index.c_str(), s.id.c_str(), where.c_str());
+            o << buf << (s.grad_norm >= 0 ? "|dL/dx| = " + fmt("%.4e", s.grad_norm) : "no gradient (not on the loss's path)") << "\n";
+        }
+    }
+    return o.str();
+}
+
+TF_NAMESPACE_END
