@@ -861,7 +861,7 @@ TEST_CASE("train: --keep 2 keeps the two newest step checkpoints and lists them 
     tf::TrainResult result;
     train_quietly(c, &result);
     CHECK(result.steps == 5);
-    CHECK(result.stop_reason == "max steps");
+    CHECK(result.stop_reason == tf::StopReason::max_steps);
 
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(out + "/checkpoints"))

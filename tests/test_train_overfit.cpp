@@ -64,7 +64,7 @@ TEST_CASE("train --overfit-batch: a tiny model fits one batch to a loss near 0 w
     CHECK(losses.front() > 2.0);   // it starts as a guess over the vocabulary ...
     CHECK(losses.back() < 0.05);   // ... and ends having learnt the batch by heart
     CHECK(r.last_loss < 0.05);
-    CHECK(r.stop_reason == "max steps");
+    CHECK(r.stop_reason == tf::StopReason::max_steps);
     // Only one batch was ever seen: the epoch never ends.
     CHECK(json::parse(read_all(tmp / "run/state.json")).at("step") == 300);
 

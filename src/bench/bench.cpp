@@ -25,6 +25,7 @@
 #include "tapeformer/pool.h"
 #include "tapeformer/schedule.h"
 #include "tapeformer/teach/summary.h"
+#include "tapeformer/run/train_step.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -171,41 +172,29 @@ struct OpTimer {
     }
 };
 
-// One training step, as torch_ref.py's train_step: lr from the schedule; forward and loss ("fwd");
-// backward ("bwd"); gradient-norm clipping ("clip"); Adam step and zero_grad ("optim"). Adds the phase
-// times to `phase_ms` and the backward time by op to `ops` when they are given. Returns the loss.
+// One training step, as torch_ref.py's train_step: the library's (train_step.h), which train runs, with
+// lr from the schedule. Adds the phase times ("fwd": forward and loss, "bwd", "clip", "optim": the Adam
+// step and zero_grad) to `phase_ms` and the time by op to `ops` when they are given. Returns the loss.
 double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, double>* phase_ms, OpTimer* ops) {
     const BenchTrainOptions& o = run.options;
-    const double lr = run.schedule.lr_at(++run.steps_taken);
-    auto t0 = Clock::now();
-    if (ops) ops->start();
-    Pass pass{&run.dropout_rng};
-    pass.fuse_attention = !o.composed_attention;  // as train does, unless asked
-    Tensor logits = run.model.forward(b.src, o.batch, o.src_len, b.dec_in, o.tgt_len, pass);  // (B, T, V)
-    LossReport report;
-    Tensor loss = sequence_loss(logits, b.labels, kPad, real(o.label_smoothing), &report, /*consume_logits=*/true);
-    logits = Tensor();  // the tape holds what backward needs (and the loss's gradient takes the logits' memory)
-    const double t_fwd = ms_since(t0);
-    t0 = Clock::now();
-    if (ops) ops->start();
-    backward(loss, /*keep_tape=*/false, ops ? ops->hook() : RecordHook{});
-    const double t_bwd = ms_since(t0);
-    t0 = Clock::now();
-    // torch_ref.py clips with clip_grad_norm_ (a pass that multiplies every gradient) and then steps;
-    // here the factor goes into Adam's pass (Optimizer::step): the same update.
-    const real clip = o.clip > 0 ? clip_coefficient(grad_norm(run.adam.params()), o.clip) : real(1);
-    const double t_clip = ms_since(t0);
-    t0 = Clock::now();
-    run.adam.step(lr, clip);
-    run.adam.zero_grad(/*set_to_none=*/true);  // the gradients' memory serves the next forward
-    const double t_optim = ms_since(t0);
-    if (phase_ms) {
-        (*phase_ms)["fwd"] += t_fwd;
-        (*phase_ms)["bwd"] += t_bwd;
-        (*phase_ms)["clip"] += t_clip;
-        (*phase_ms)["optim"] += t_optim;
-    }
-    return report.loss;
+    StepSettings settings;
+    settings.step = ++run.steps_taken;
+    settings.lr = run.schedule.lr_at(settings.step);
+    settings.label_smoothing = o.label_smoothing;
+    settings.clip = o.clip;  // torch_ref.py's clip_grad_norm_, as the factor in Adam's pass: the same update
+    settings.fuse_attention = !o.composed_attention;  // as train does, unless asked
+    StepHooks hooks;
+    Clock::time_point t0;
+    if (phase_ms || ops)
+        hooks.phase_begins = [&](StepPhase p) {
+            t0 = Clock::now();
+            if (ops && (p == StepPhase::forward || p == StepPhase::backward)) ops->start();
+        };
+    if (phase_ms) hooks.phase_ends = [&](StepPhase p) { (*phase_ms)[to_string(p)] += ms_since(t0); };
+    if (ops) hooks.backward_record = ops->hook();
+    const StepResult r = tf::train_step(StepParts{run.model, run.adam, nullptr, &run.dropout_rng},
+                                        StepBatch{b.src, b.dec_in, b.labels, o.batch, o.src_len, o.tgt_len}, settings, hooks);
+    return r.loss.loss;
 }
 
 // The model's size and the work of one step, as torch_ref.py computes them.

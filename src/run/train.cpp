@@ -38,6 +38,7 @@
 #include "tapeformer/io.h"
 #include "run/json_integer.h"
 #include "tapeformer/run/train_settings.h"
+#include "tapeformer/run/train_step.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -256,37 +257,6 @@ std::string clock_text(double seconds) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
     return buf;
-}
-
-bool all_finite(const real* p, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i)
-        if (!std::isfinite(p[i])) return false;
-    return true;
-}
-
-// With --check-nan: the first op on the tape whose output is not finite.
-std::string first_nonfinite_op() {
-    const auto& records = tape().records();
-    for (std::size_t i = 0; i < records.size(); ++i) {
-        const TapeRecord& r = records[i];
-        if (all_finite(r.out.data(), r.out.numel())) continue;
-        std::string inputs;
-        for (const Tensor& t : r.in) inputs += (inputs.empty() ? "" : ", ") + t.shape().str();
-        return std::string("first non-finite value produced by op #") + std::to_string(i + 1) + " '" + r.op + "' (inputs " +
-               inputs + ", output " + r.out.shape().str() + ")";
-    }
-    return "no op produced a non-finite value; the inputs or parameters already held one";
-}
-
-// With --check-nan after backward: the first backward (in reverse order) that wrote a non-finite gradient.
-std::string first_nonfinite_backward() {
-    const auto& records = tape().records();
-    for (auto it = records.rbegin(); it != records.rend(); ++it)
-        for (const Tensor& t : it->in)
-            if (t.has_grad() && !all_finite(t.grad(), t.numel()))
-                return std::string("first non-finite gradient written by the backward of op '") + it->op + "' (output " +
-                       it->out.shape().str() + ")";
-    return "no backward wrote a non-finite gradient";
 }
 
 // ---- report data: per-layer gradient norms, the overfit batch ----------------------------------------------
@@ -951,46 +921,39 @@ void Trainer::log_heads(const Batch& b, const LossReport& report, const Attentio
     if (!heads_log_) throw std::runtime_error("cannot write '" + dir_ + "/heads.jsonl' (is the disk full?)");
 }
 
+// One step of the library's (train_step.h), and the run's bookkeeping around it: the step count, the
+// dropout stream's position, the log window; at --log-heads-every and --log-every steps the gradients
+// before clipping are read (heads.jsonl, the metrics line's layer_grad_norms).
 void Trainer::train_step(const Batch& b) {
     const auto t0 = Clock::now();
     ++state_.step;
-    const double lr = c_.optim.schedule.lr_at(state_.step);
-    LossReport report;
-    Pass pass{&dropout_rng_};
-    pass.fuse_attention = true;  // the same numbers as the composed ops (ops.h attention_heads), faster
+    StepSettings settings;
+    settings.lr = c_.optim.schedule.lr_at(state_.step);
+    settings.step = state_.step;
+    settings.label_smoothing = c_.optim.label_smoothing;
+    settings.clip = c_.optim.clip;
+    settings.fuse_attention = true;  // the same numbers as the composed ops (ops.h attention_heads), faster
     const bool heads_step = c_.log_heads_every && state_.step % c_.log_heads_every == 0;
     AttentionProbes heads_probes;  // the attention weights, for the entropy in heads.jsonl
-    if (heads_step) pass.observer = &heads_probes;
-    Tensor logits = model_->forward(b.src, b.B, b.S, b.dec_in, b.T, pass);
-    // Nothing reads the logits after the loss's backward, so its gradient may take their memory; not with
-    // --check-nan, which keeps the tape to look at every value.
-    Tensor loss = sequence_loss(logits, b.target, model_->config.pad_id, real(c_.optim.label_smoothing), &report,
-                                /*consume_logits=*/!c_.check_nan);
-    logits = Tensor();
-    if (!std::isfinite(report.loss)) {
-        std::string where = c_.check_nan ? "; " + first_nonfinite_op() : " (run with --check-nan to find the op)";
-        tape().clear();
-        throw std::runtime_error("non-finite loss at step " + std::to_string(state_.step) + where +
-                                 "; the last checkpoint stays intact — try a lower learning rate or --clip");
+    if (heads_step) settings.observer = &heads_probes;
+    settings.check_nan = c_.check_nan;
+    StepHooks hooks;
+    hooks.before_update = [&](const StepResult& r) {
+        if (heads_step) log_heads(b, r.loss, heads_probes);  // gradients before clipping
+        if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
+    };
+    StepResult step;
+    try {
+        step = tf::train_step(StepParts{*model_, *optimizer_, average_.get(), &dropout_rng_},
+                              StepBatch{b.src, b.dec_in, b.target, b.B, b.S, b.T}, settings, hooks);
+    } catch (const NonFiniteStep& e) {
+        const std::string where = c_.check_nan ? "; " + e.where : " (run with --check-nan to find the op)";
+        throw std::runtime_error("non-finite " + e.value + " at step " + std::to_string(e.step) + where +
+                                 (e.of_loss ? "; the last checkpoint stays intact — try a lower learning rate or --clip"
+                                            : "; the last checkpoint stays intact"));
     }
-    optimizer_->zero_grad();
-    backward(loss, /*keep_tape=*/c_.check_nan);
-    // The norm is finite exactly when every gradient is: the pass that clipping needs is the check.
-    last_grad_norm_ = grad_norm(optimizer_->params());
-    if (!std::isfinite(last_grad_norm_)) {
-        const std::string bad = first_nonfinite_grad(optimizer_->params()).value_or("a parameter");
-        std::string where = c_.check_nan ? "; " + first_nonfinite_backward() : " (run with --check-nan to find the op)";
-        tape().clear();
-        throw std::runtime_error("non-finite gradient of " + bad + " at step " + std::to_string(state_.step) + where +
-                                 "; the last checkpoint stays intact");
-    }
-    tape().clear();
-    if (heads_step) log_heads(b, report, heads_probes);  // gradients before clipping
-    if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
-    // Clipping (torch's clip_grad_norm_) as the optimizer's factor on the gradients: the same update.
-    optimizer_->step(lr, c_.optim.clip > 0 ? clip_coefficient(last_grad_norm_, c_.optim.clip) : 1.0);
-    if (average_) average_->update(state_.step);
-    optimizer_->zero_grad(/*set_to_none=*/true);  // until the next backward, the gradients' memory serves activations
+    const LossReport& report = step.loss;
+    last_grad_norm_ = step.grad_norm;
     state_.dropout_offset = dropout_rng_.offset;
     state_.target_tokens += report.tokens;
 
@@ -1002,7 +965,7 @@ void Trainer::train_step(const Batch& b) {
     window.nll += report.nll * double(report.tokens);
     window.tokens += report.tokens;
     ++window.steps;
-    last_lr_ = lr;
+    last_lr_ = settings.lr;
     result_.last_loss = report.loss;
 }
 
@@ -1177,19 +1140,19 @@ TrainResult Trainer::run() {
     if (g_signal.load()) {  // nothing written yet: end here, leaving the directory as it was
         log_ << "interrupted before training started; nothing was written to " << dir_ << "\n";
         result_.interrupted = true;
-        result_.stop_reason = "interrupted";
+        result_.stop_reason = StopReason::interrupted;
         result_.steps = state_.step;
         return result_;
     }
     start_writing();
     const std::int64_t first_step = state_.step;
 
-    auto stop_reason = [&]() -> std::string {
-        if (g_signal.load()) return "interrupted";
-        if (c_.max_steps && state_.step >= c_.max_steps) return "max steps";
-        if (c_.time_budget_minutes && state_.train_seconds >= c_.time_budget_minutes * 60) return "time budget";
-        if (c_.epochs && state_.epoch >= c_.epochs) return "epochs";
-        return "";
+    auto stop_reason = [&]() {
+        if (g_signal.load()) return StopReason::interrupted;
+        if (c_.max_steps && state_.step >= c_.max_steps) return StopReason::max_steps;
+        if (c_.time_budget_minutes && state_.train_seconds >= c_.time_budget_minutes * 60) return StopReason::time_budget;
+        if (c_.epochs && state_.epoch >= c_.epochs) return StopReason::epochs;
+        return StopReason::none;
     };
     auto end_epoch = [&]() {
         ++state_.epoch;
@@ -1203,36 +1166,38 @@ TrainResult Trainer::run() {
     const bool validation_due = c_.valid_every ? state_.step > 0 && state_.step % c_.valid_every == 0
                                                : state_.epoch > 0 && state_.batch_in_epoch == 0;
     if (c_.resume && validation_due) validate();
-    std::string reason = stop_reason();
-    while (reason.empty()) {
-        if (c_.overfit_batch) {  // one batch, one endless epoch (validate() asks for --max-steps or --time-budget)
-            train_step(batcher_->batch(overfit_rows_));
-            log_progress(false);
-            if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
-            if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();
-            reason = stop_reason();
-            continue;
+    // The batch at the run's data position (epoch, batch_in_epoch): batch_in_epoch of the epoch's plan;
+    // --overfit-batch: the one batch, in one endless epoch (validate() asks for --max-steps or --time-budget).
+    std::vector<std::vector<std::int64_t>> plan;  // epoch_plan(plan_epoch)
+    std::int64_t plan_epoch = -1;
+    auto next_batch = [&]() {
+        if (c_.overfit_batch) return batcher_->batch(overfit_rows_);
+        if (plan_epoch != state_.epoch) {
+            plan = batcher_->epoch_plan(state_.epoch);
+            plan_epoch = state_.epoch;
         }
-        const auto plan = batcher_->epoch_plan(state_.epoch);
-        while (state_.batch_in_epoch < static_cast<std::int64_t>(plan.size()) && reason.empty()) {
-            train_step(batcher_->batch(plan[state_.batch_in_epoch]));
-            ++state_.batch_in_epoch;
-            log_progress(false);
-            if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
-            if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();
-            reason = stop_reason();
-        }
-        if (state_.batch_in_epoch >= static_cast<std::int64_t>(plan.size())) {
+        return batcher_->batch(plan[state_.batch_in_epoch]);
+    };
+    StopReason reason = stop_reason();
+    while (reason == StopReason::none) {
+        train_step(next_batch());
+        if (!c_.overfit_batch) ++state_.batch_in_epoch;
+        log_progress(false);
+        if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
+        if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();
+        reason = stop_reason();
+        // The epoch ends after its last batch's checkpoint (the resumed run ends it, above).
+        if (!c_.overfit_batch && state_.batch_in_epoch >= batcher_->num_batches()) {
             end_epoch();
-            if (reason.empty()) reason = stop_reason();
+            if (reason == StopReason::none) reason = stop_reason();
         }
     }
-    result_.interrupted = reason == "interrupted";
+    result_.interrupted = reason == StopReason::interrupted;
     log_progress(true, result_.interrupted);
     // The run ends with a validation of its last weights (unless interrupted: the resumed run owes it).
     if (!result_.interrupted && !validate()) {
         result_.interrupted = true;
-        reason = "interrupted";
+        reason = StopReason::interrupted;
     }
     if (c_.resume && state_.step == first_step && !unsaved_changes() && !result_.interrupted) {
         // Resumed a run that had already reached its stopping rule and validated: nothing to rewrite.
@@ -1250,13 +1215,24 @@ TrainResult Trainer::run() {
         log_ << "interrupted at step " << state_.step << "; checkpoint saved. Resume with: tapeformer train --out " << dir_
              << " --resume\n";
     else
-        log_ << "stopped after " << state_.step << " steps (" << reason << "), " << clock_text(state_.train_seconds)
+        log_ << "stopped after " << state_.step << " steps (" << to_string(reason) << "), " << clock_text(state_.train_seconds)
              << " of training" << (state_.best_step >= 0 ? "; best validation at step " + std::to_string(state_.best_step) : "")
              << "; model: " << (fs::path(dir_) / "model.safetensors").string() << "\n";
     return result_;
 }
 
 }  // namespace
+
+const char* to_string(StopReason reason) {
+    switch (reason) {
+        case StopReason::none: return "none";
+        case StopReason::max_steps: return "max steps";
+        case StopReason::epochs: return "epochs";
+        case StopReason::time_budget: return "time budget";
+        case StopReason::interrupted: return "interrupted";
+    }
+    return "?";
+}
 
 TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar) {
     config.validate();

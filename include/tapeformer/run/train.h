@@ -4,7 +4,7 @@
 //   for each batch:  logits = model(src, dec_in)            forward, recorded on the tape
 //                    loss   = CE_ε(logits, target)          label-smoothed, pad ignored
 //                    zero_grad; backward(loss)              the tape in reverse
-//                    clip ‖g‖ to max_norm; optimizer.step(lr(step))
+//                    clip ‖g‖ to max_norm; optimizer.step(lr(step))     one step: train_step.h
 //
 // The CLI (`tapeformer train`) only fills a TrainConfig (train_settings.h) and calls train().
 #pragma once
@@ -91,13 +91,17 @@ struct TrainConfig {
     void validate() const;             // std::invalid_argument naming the setting
 };
 
+// Why a run stopped: the first stopping rule it reached, or a signal.
+enum class StopReason { none, max_steps, epochs, time_budget, interrupted };
+const char* to_string(StopReason reason);  // the log line's words: "max steps", "epochs", "time budget", "interrupted"
+
 struct TrainResult {
     std::int64_t steps = 0;
     double train_seconds = 0;
     double last_loss = 0;
     double best_valid_bleu = -1;   // −1 when not measured
     double best_valid_loss = -1;
-    std::string stop_reason;       // "max steps", "epochs", "time budget", "interrupted"
+    StopReason stop_reason = StopReason::none;
     bool interrupted = false;      // SIGINT/SIGTERM: a checkpoint was saved, --resume continues
 };
 
