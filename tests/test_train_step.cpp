@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tapeformer/train.h"
+#include "tapeformer/run/train.h"
 #include "tapeformer/run/train_step.h"
 
 namespace {

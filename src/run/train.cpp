@@ -39,6 +39,8 @@
 #include "run/json_integer.h"
 #include "tapeformer/run/train_settings.h"
 #include "tapeformer/run/train_step.h"
+#include "run/run_directory.h"
+#include "run/signals.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -170,84 +172,7 @@ TrainConfig load_run_config(const std::string& dir, RunIdentity* identity) {
     }
 }
 
-// ---- signals: finish the step, save, exit ----------------------------------------------------------------
-
 namespace {
-
-// The first SIGINT/SIGTERM is acknowledged at once and ends the run at the next safe point (after the
-// current step, or after the data preparation, tokenizer training or validation under way), with a
-// checkpoint once training has started. A second one ends the process at once, as the signal would.
-std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) {
-    if (g_signal.exchange(sig) != 0) {  // only async-signal-safe calls here
-        std::signal(sig, SIG_DFL);
-        std::raise(sig);
-        return;
-    }
-    static const char note[] = "\ntapeformer: interrupted; stopping at the next safe point (again to abort at once)\n";
-    const ssize_t ignored = ::write(STDERR_FILENO, note, sizeof note - 1);
-    (void)ignored;
-}
-
-// Installs on_signal for the run, and makes sure it never runs on a thread that computes. oneDNN 2.x's JIT
-// sgemm (jit_avx512_common_gemm_f32, behind some fp32 matmuls) points the stack pointer into a heap buffer
-// while it runs, so a handler run on that thread writes its frame into the heap (oneDNN issue #4845, fixed
-// in 3.x; Debian 12 has 2.6.3): 6 SIGTERMs in 300 during toy training runs ended in "corrupted size vs.
-// prev_size" or a segfault. So the calling thread and every thread of its OpenMP team block SIGINT and
-// SIGTERM (threads they start inherit that), and one thread that only waits, "tf-signals", takes them.
-class SignalScope {
-public:
-    explicit SignalScope(int threads) : threads_(threads) {
-        g_signal.store(0);
-        const sigset_t interrupts = interrupt_signals();
-        pthread_sigmask(SIG_BLOCK, &interrupts, &caller_mask_);
-#pragma omp parallel num_threads(threads_)
-        pthread_sigmask(SIG_BLOCK, &interrupts, nullptr);
-        old_int_ = std::signal(SIGINT, on_signal);
-        old_term_ = std::signal(SIGTERM, on_signal);
-        receiver_ = std::thread([this] {
-            pthread_setname_np(pthread_self(), "tf-signals");
-            const sigset_t mine = interrupt_signals();
-            pthread_sigmask(SIG_UNBLOCK, &mine, nullptr);
-            std::unique_lock<std::mutex> lock(mutex_);
-            done_.wait(lock, [this] { return finished_; });
-            pthread_sigmask(SIG_BLOCK, &mine, nullptr);  // one that comes now waits for the old handler
-        });
-    }
-    ~SignalScope() {
-        {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            finished_ = true;
-        }
-        done_.notify_one();
-        receiver_.join();
-        std::signal(SIGINT, old_int_);
-        std::signal(SIGTERM, old_term_);
-        const sigset_t interrupts = interrupt_signals();
-#pragma omp parallel num_threads(threads_)
-        pthread_sigmask(SIG_UNBLOCK, &interrupts, nullptr);
-        pthread_sigmask(SIG_SETMASK, &caller_mask_, nullptr);  // a signal held back meanwhile arrives here
-    }
-    SignalScope(const SignalScope&) = delete;
-    SignalScope& operator=(const SignalScope&) = delete;
-
-private:
-    static sigset_t interrupt_signals() {
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGINT);
-        sigaddset(&set, SIGTERM);
-        return set;
-    }
-    int threads_;
-    sigset_t caller_mask_;
-    void (*old_int_)(int) = SIG_DFL;
-    void (*old_term_)(int) = SIG_DFL;
-    std::mutex mutex_;
-    std::condition_variable done_;
-    bool finished_ = false;
-    std::thread receiver_;
-};
 
 // ---- small helpers ---------------------------------------------------------------------------------------
 
@@ -303,159 +228,8 @@ std::vector<std::int64_t> first_batch(const std::vector<Example>& examples, std:
     return rows;
 }
 
-// metrics.jsonl: keeps only entries up to `step` (a resumed run continues from there).
-void truncate_metrics(const std::string& path, std::int64_t step) {
-    std::ifstream in(path);
-    if (!in) return;
-    std::string kept, line;
-    while (std::getline(in, line)) {
-        try {
-            const auto j = nlohmann::json::parse(line);
-            if (json_integer<std::int64_t>(j.at("step"), "step") <= step) kept += line + "\n";
-        } catch (const std::exception&) {
-            // a line cut short by a crash: drop it
-        }
-    }
-    write_file_atomic(path, kept);
-}
-
-struct Manifest {
-    std::string last;                // relative path of the newest checkpoint
-    std::vector<std::string> kept;   // oldest first
-};
-
-// DIR/state.json. It names the files that pruning deletes, so it may name only this run's own
-// checkpoints/step-N.safetensors: anything else (a path outside DIR, a user's file) is refused.
-Manifest read_manifest(const std::string& dir) {
-    const std::string path = (fs::path(dir) / "state.json").string();
-    Manifest m;
-    try {
-        const auto j = nlohmann::json::parse(read_file(path));
-        const int format = json_integer<int>(j.at("format"), "format");
-        if (format != kCheckpointFormat)
-            throw std::runtime_error("written by another version of tapeformer (format " + std::to_string(format) + ")");
-        m.last = j.at("last").get<std::string>();
-        m.kept = j.at("kept").get<std::vector<std::string>>();
-        for (const std::string& name : m.kept)
-            if (checkpoint_step(name) < 0)
-                throw std::runtime_error("'" + name + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
-        if (!m.last.empty() && checkpoint_step(m.last) < 0)
-            throw std::runtime_error("'" + m.last + "' is not a checkpoint name of a run (expected checkpoints/step-N.safetensors)");
-        if (!m.kept.empty() && m.last != m.kept.back())
-            throw std::runtime_error("'last' is '" + m.last + "' but the newest kept checkpoint is '" + m.kept.back() + "'");
-    } catch (const std::exception& e) {
-        throw std::runtime_error(path + ": " + e.what() +
-                                 " (delete it and --resume continues from the newest checkpoint on disk)");
-    }
-    return m;
-}
-
-void write_manifest(const std::string& dir, const Manifest& m, const TrainState& s) {
-    nlohmann::json j = {{"format", kCheckpointFormat}, {"last", m.last}, {"kept", m.kept}, {"step", s.step},
-                        {"best_step", s.best_step}, {"best_score", s.best_score}};
-    write_file_atomic((fs::path(dir) / "state.json").string(), j.dump(2) + "\n");
-}
-
-// The files a training run writes in its directory, besides checkpoints/step-N.safetensors. --force deletes
-// these and nothing else: a user's own files in the directory (or in checkpoints/) stay.
-const char* const kRunFiles[] = {"run.json",  "config.toml",     "state.json",      "model.safetensors",
-                                 "metrics.jsonl", "heads.jsonl", "vocab.txt", "spm.model", "src.vocab.txt",
-                                 "src.spm.model", "tgt.vocab.txt", "tgt.spm.model"};
-const char* kLockFile = "train.lock";
-
-// Files that mark a directory as holding a run.
-bool holds_run(const std::string& dir) {
-    std::error_code ec;
-    for (const char* f : {"run.json", "state.json", "model.safetensors", "metrics.jsonl"})
-        if (fs::exists(fs::path(dir) / f, ec)) return true;
-    return !checkpoints_on_disk(dir).empty();
-}
-
-void remove_run_files(const std::string& dir) {
-    std::error_code ec;
-    for (const char* f : kRunFiles) fs::remove(fs::path(dir) / f, ec);
-    for (const std::string& name : checkpoints_on_disk(dir)) fs::remove(fs::path(dir) / name, ec);
-}
-
-// A write_file_atomic temporary ("<file>.tmp.<pid>") of one of the run's files, and the pid; 0 otherwise.
-pid_t temp_file_pid(const std::string& name, bool in_checkpoints) {
-    const std::size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos) return 0;
-    const std::string base = name.substr(0, at), digits = name.substr(at + 5);
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-    const bool ours = in_checkpoints ? checkpoint_step("checkpoints/" + base) >= 0
-                                     : std::find_if(std::begin(kRunFiles), std::end(kRunFiles),
-                                                    [&](const char* f) { return base == f; }) != std::end(kRunFiles);
-    return ours ? static_cast<pid_t>(std::stol(digits)) : 0;
-}
-
-// A write killed half-way leaves its temporary file behind; remove those whose writer is gone.
-// Returns how many were removed.
-int remove_stale_temp_files(const std::string& dir) {
-    int removed = 0;
-    for (const bool in_checkpoints : {false, true}) {
-        const fs::path where = in_checkpoints ? fs::path(dir) / "checkpoints" : fs::path(dir);
-        std::error_code ec;
-        std::vector<fs::path> stale;
-        for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec)) {
-            const pid_t pid = temp_file_pid(it->path().filename().string(), in_checkpoints);
-            if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(it->path());
-        }
-        for (const fs::path& f : stale) removed += fs::remove(f, ec) ? 1 : 0;
-    }
-    return removed;
-}
-
-// An exclusive flock on DIR/train.lock for as long as the run lives, holding the owner's pid: a second
-// `train` into the same directory is refused instead of both writing the same checkpoints. The kernel
-// drops the lock when the process dies, however it dies; the file stays (deleting it would race).
-class RunLock {
-public:
-    RunLock() = default;
-    RunLock(const RunLock&) = delete;
-    RunLock& operator=(const RunLock&) = delete;
-    ~RunLock() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    bool held() const { return fd_ >= 0; }
-
-    void acquire(const std::string& dir) {
-        const std::string path = (fs::path(dir) / kLockFile).string();
-        const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0) throw std::runtime_error("cannot open '" + path + "': " + std::strerror(errno));
-        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            const int err = errno;
-            ::close(fd);
-            if (err != EWOULDBLOCK) throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(err));
-            std::string holder;
-            try {
-                holder = read_file(path);
-            } catch (const std::exception&) {
-            }
-            while (!holder.empty() && std::isspace(static_cast<unsigned char>(holder.back()))) holder.pop_back();
-            throw std::runtime_error("'" + dir + "' is in use by another tapeformer train (pid " +
-                                     (holder.empty() ? std::string("unknown") : holder) + ", which holds " + path +
-                                     "): wait for it to finish or stop it, or choose another --out");
-        }
-        const std::string pid = std::to_string(::getpid()) + "\n";
-        if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-            const int err = errno;
-            ::close(fd);
-            throw std::runtime_error("cannot write '" + path + "': " + std::strerror(err));
-        }
-        fd_ = fd;
-    }
-
-private:
-    int fd_ = -1;
-};
-
 }  // namespace
 
-bool is_run_file(const std::string& name) {
-    return name == kLockFile || checkpoint_step(name) >= 0 ||
-           std::find_if(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) { return name == f; }) != std::end(kRunFiles);
-}
 
 // ---- the trainer -----------------------------------------------------------------------------------------
 
@@ -596,10 +370,9 @@ void Trainer::prepare_directory() {
     if (!holds_run(dir_) && !c_.force) {
         // Not a run, but a file of the name a run writes (a user's vocab.txt or config.toml): never replaced
         // without being asked.
-        for (const char* f : kRunFiles)
-            if (fs::exists(fs::path(dir_) / f, ec))
-                throw std::runtime_error("--out '" + dir_ + "' holds " + f + ", which this run would replace: move it "
-                                         "away, choose another --out, or give --force to replace it");
+        if (const std::string f = first_run_file_in(dir_); !f.empty())
+            throw std::runtime_error("--out '" + dir_ + "' holds " + f + ", which this run would replace: move it "
+                                     "away, choose another --out, or give --force to replace it");
     }
     if (holds_run(dir_)) {
         if (!c_.force)
@@ -1035,7 +808,7 @@ bool Trainer::validate() {
          << (c_.valid_bleu ? ", BLEU of " + std::to_string(valid_src_lines_.size()) + " sentences" : std::string()) << ")\n";
     struct Interrupted {};
     const ProgressFn stop_on_signal = [](std::int64_t, std::int64_t) {
-        if (g_signal.load()) throw Interrupted{};
+        if (interrupt_signal()) throw Interrupted{};
     };
     try {
         validate_now(stop_on_signal);
@@ -1137,7 +910,7 @@ TrainResult Trainer::run() {
     if (const std::string note = set_precision(c_.precision); !note.empty()) log_ << note << "\n";
     prepare_data();
     build_model();
-    if (g_signal.load()) {  // nothing written yet: end here, leaving the directory as it was
+    if (interrupt_signal()) {  // nothing written yet: end here, leaving the directory as it was
         log_ << "interrupted before training started; nothing was written to " << dir_ << "\n";
         result_.interrupted = true;
         result_.stop_reason = StopReason::interrupted;
@@ -1148,7 +921,7 @@ TrainResult Trainer::run() {
     const std::int64_t first_step = state_.step;
 
     auto stop_reason = [&]() {
-        if (g_signal.load()) return StopReason::interrupted;
+        if (interrupt_signal()) return StopReason::interrupted;
         if (c_.max_steps && state_.step >= c_.max_steps) return StopReason::max_steps;
         if (c_.time_budget_minutes && state_.train_seconds >= c_.time_budget_minutes * 60) return StopReason::time_budget;
         if (c_.epochs && state_.epoch >= c_.epochs) return StopReason::epochs;
