@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tapeformer/config.h"
+#include "tapeformer/data/tokenizer.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -49,6 +50,17 @@ void check_subcommand_name(const CLI::App& app, int argc, const char* const* arg
 // for the process: bf16 on a CPU without bf16 instructions prints one note on stderr and runs fp32.
 CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision);
 void apply_precision(const std::string& precision);
+
+// A word tokenizer knowing the words of `sentence` and `tgt` (either may be empty), both sides one table:
+// the vocabulary of an untrained model made for one sentence (explain --init, tape without --model).
+TokenizerPair sentence_vocabulary(const std::string& sentence, const std::string& tgt);
+
+class Transformer;
+// --mask-heads KIND:layer:head,... (translate, eval, attention, heads): heads whose gate is set to 0.
+CLI::Option* add_mask_heads_option(CLI::App& cmd, std::string& heads);
+// Sets the gate of every head `heads` names (heads.h: parse_head_list, mask_heads) to 0 in the loaded `model`;
+// nothing when `heads` is empty. A malformed list or a head the model lacks throws parse_head_list's error.
+void apply_mask_heads(Transformer& model, const std::string& heads);
 
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();
