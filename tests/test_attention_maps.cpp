@@ -71,6 +71,28 @@ TEST_CASE("attention maps: shapes follow the tokens, rows sum to 1, the decoder 
     CHECK(j.at("encoder_self")[1][0][2][3].get<double>() == m.encoder_self[1][0][2][3]);
 }
 
+TEST_CASE("attention maps: a greedy target that runs to the length cap still fits the model's positions",
+          "[attention_maps]") {
+    // An untrained model whose output bias always prefers "karo": greedy decoding never ends by EOS and runs
+    // to the cap. The maps' teacher-forced pass reads BOS + target, so the target may hold max_len - 1 tokens.
+    const std::vector<std::string> src = {"a dog"}, tgt = {"lo karo"};
+    tf::TokenizerOptions options;
+    options.kind = tf::TokenizerKind::word;
+    options.joint = true;
+    const tf::TokenizerPair tokenizers = tf::TokenizerPair::train(src, tgt, options);
+    tf::ModelConfig c = tiny_model_config(tokenizers.source->vocab_size(), 8, 2, 16, 1, 1, /*max_len=*/8);
+    c.output_bias = true;
+    tf::Transformer model(c, /*seed=*/3);
+    const std::int32_t karo = tokenizers.target->piece_to_id("karo");
+    model.generator_bias.data()[karo] = 100;
+    const tf::AttentionMaps m = tf::attention_maps(model, tokenizers, "a dog", nullptr);
+    CHECK(m.decoded);
+    CHECK(std::int64_t(m.tgt_in.size()) == c.max_len);  // BOS + max_len - 1 pieces, each "karo"
+    CHECK(m.tgt_in.back() == "karo");
+    REQUIRE(m.cross.size() == 1);
+    CHECK(std::int64_t(m.cross[0][0].size()) == c.max_len);
+}
+
 TEST_CASE("attention maps: the command writes the page and one SVG per selected head, nothing is fetched",
           "[attention_maps][cli]") {
     TempDir tmp;

@@ -307,6 +307,28 @@ TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta 
     CHECK_THAT(read_all(err), Catch::Contains("--ref"));
 }
 
+TEST_CASE("heads prune: --step is a fraction or a percentage, read whole, one line when it is not", "[heads][prune][cli]") {
+    TempDir tmp;
+    const std::string err = tmp / "err";
+    const auto step = [&](const std::string& value) {
+        // Checked before any model or file is read: the paths need not exist.
+        const std::string cmd = shell_quote(TF_CLI) + " --threads 1 heads prune --model " + shell_quote(tmp / "none") +
+                                " --src x --ref y --order random --step " + shell_quote(value) + " >/dev/null 2>" + shell_quote(err);
+        CHECK(std::system(cmd.c_str()) != 0);
+        return read_all(err);
+    };
+    for (const std::string& bad : {"abc", "0.1x", " 0.1", "10%%", "%", ""}) {
+        INFO("--step '" << bad << "'");
+        const std::string e = step(bad);
+        CHECK(split_lines(e).size() == 1);
+        CHECK_THAT(e, Catch::Contains("--step: expected a fraction such as 0.1 or 10%, got '" + bad + "'"));
+    }
+    for (const std::string& outside : {"0", "150%", "1.5"}) {
+        INFO("--step '" << outside << "'");
+        CHECK_THAT(step(outside), Catch::Contains("--step: must be in (0, 100%]"));
+    }
+}
+
 TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps one head per layer on request",
           "[heads][prune]") {
     TempDir tmp;

@@ -288,6 +288,28 @@ TEST_CASE("outputs: an output may not replace an input or a file of the model di
     CHECK(ok.status == 0);
 }
 
+TEST_CASE("outputs: average --out may not replace a model it averages", "[outputs][cli]") {
+    Model f;
+    const std::string weights = f.dir + "/model.safetensors", vocab = f.dir + "/vocab.txt";
+    const std::string weights_before = read_all(weights), vocab_before = read_all(vocab);
+    const std::string link = f.tmp / "model-link";
+    fs::create_directory_symlink(f.dir, link);
+    // A model directory (here one without run.json, as an earlier average is) among --checkpoints, as --out
+    // under its own name or through a link: --force replaces an earlier average, never an input.
+    for (const std::string& out : {f.dir, link})
+        check_refused(run_cli(f.tmp, "average --checkpoints " + shell_quote(f.dir) + " --out " + shell_quote(out) + " --force"),
+                      "model.safetensors of the model directory '" + f.dir + "'");
+    CHECK(read_all(weights) == weights_before);
+    CHECK(read_all(vocab) == vocab_before);
+
+    // Another directory is written.
+    const std::string elsewhere = f.tmp / "avg";
+    const Run ok = run_cli(f.tmp, "average --checkpoints " + shell_quote(f.dir) + " --out " + shell_quote(elsewhere));
+    INFO("stderr: " << ok.err);
+    CHECK(ok.status == 0);
+    CHECK(fs::exists(elsewhere + "/model.safetensors"));
+}
+
 TEST_CASE("outputs: data toy replaces an existing dataset only with --force", "[outputs][cli]") {
     TempDir tmp;
     const std::string dir = tmp / "toy";

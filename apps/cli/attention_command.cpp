@@ -8,7 +8,6 @@
 #include "tapeformer/study/attention_maps.h"
 #include "tapeformer/run/checkpoint.h"
 #include "cli/commands.h"
-#include "tapeformer/study/heads.h"
 #include "tapeformer/io.h"
 
 TF_NAMESPACE_BEGIN
@@ -40,7 +39,7 @@ void add_attention_command(CLI::App& app) {
     cmd->add_option("--svg-dir", opt->svg_dir, "Write one SVG file per heatmap into this directory (created if needed)");
     cmd->add_option("--layers", opt->layers, "Only these layers in the HTML and SVG files (0-based; default all)")->delimiter(',');
     cmd->add_option("--heads", opt->heads, "Only these heads in the HTML and SVG files (0-based; default all)")->delimiter(',');
-    cmd->add_option("--mask-heads", opt->mask, "Heads switched off first, e.g. E:0:1,A:2:3");
+    add_mask_heads_option(*cmd, opt->mask);
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
     cmd->callback([opt, cmd]() {
         if (!opt->json.empty()) check_output_path(opt->json, "--json", {opt->model_dir});
@@ -56,7 +55,7 @@ void add_attention_command(CLI::App& app) {
         for (int h : opt->heads)
             if (h < 0 || h >= int(c.heads))
                 throw std::runtime_error("--heads: the model has heads 0.." + std::to_string(c.heads - 1) + ", got " + std::to_string(h));
-        if (!opt->mask.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask, c));
+        apply_mask_heads(*bundle.model, opt->mask);
         const bool has_tgt = cmd->count("--tgt") > 0;
         const AttentionMaps maps = attention_maps(*bundle.model, bundle.tokenizers, opt->src, has_tgt ? &opt->tgt : nullptr, opt->decode);
         const MapFilter filter{opt->layers, opt->heads};

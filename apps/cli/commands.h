@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tapeformer/config.h"
+#include "tapeformer/data/tokenizer.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -52,6 +53,17 @@ void apply_precision(const std::string& precision);
 // set_threads(n) for the flag `flag` (n <= 0: all cores). OpenBLAS caps the count, OpenMP's with it, at the
 // number it was built for: a larger n is refused with that number rather than run with fewer threads.
 void apply_threads(int n, const std::string& flag);
+
+// A word tokenizer knowing the words of `sentence` and `tgt` (either may be empty), both sides one table:
+// the vocabulary of an untrained model made for one sentence (explain --init, tape without --model).
+TokenizerPair sentence_vocabulary(const std::string& sentence, const std::string& tgt);
+
+class Transformer;
+// --mask-heads KIND:layer:head,... (translate, eval, attention, heads): heads whose gate is set to 0.
+CLI::Option* add_mask_heads_option(CLI::App& cmd, std::string& heads);
+// Sets the gate of every head `heads` names (heads.h: parse_head_list, mask_heads) to 0 in the loaded `model`;
+// nothing when `heads` is empty. A malformed list or a head the model lacks throws parse_head_list's error.
+void apply_mask_heads(Transformer& model, const std::string& heads);
 
 // Exit status a command's callback wants main to return (0 = success). Set by callbacks.
 int& command_exit_code();

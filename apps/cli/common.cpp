@@ -13,7 +13,10 @@
 #include <stdexcept>
 
 #include "tapeformer/blas.h"
+#include "tapeformer/data/text.h"
+#include "tapeformer/study/heads.h"
 #include "tapeformer/io.h"
+#include "tapeformer/number_text.h"
 #include "tapeformer/run/train.h"
 
 TF_NAMESPACE_BEGIN
@@ -38,6 +41,26 @@ void apply_threads(int n, const std::string& flag) {
 void apply_precision(const std::string& precision) {
     const std::string note = set_precision(parse_precision(precision));
     if (!note.empty()) std::cerr << "tapeformer: note: " << note << "\n";
+}
+
+CLI::Option* add_mask_heads_option(CLI::App& cmd, std::string& heads) {
+    return cmd.add_option("--mask-heads", heads,
+                          "Attention heads to switch off (gate 0), as KIND:layer:head, 0-based, comma-separated; KIND is E\n"
+                          "(encoder self-attention), D (decoder self-attention) or A (cross-attention), e.g. E:0:1,A:2:3");
+}
+
+void apply_mask_heads(Transformer& model, const std::string& heads) {
+    if (!heads.empty()) mask_heads(model, parse_head_list(heads, model.config));
+}
+
+TokenizerPair sentence_vocabulary(const std::string& sentence, const std::string& tgt) {
+    std::vector<std::string_view> lines{trim(sentence)};
+    if (!tgt.empty()) lines.push_back(trim(tgt));
+    TokenizerOptions o;
+    o.kind = TokenizerKind::word;
+    o.vocab_size = 0;
+    auto t = WordTokenizer::train(lines, o);
+    return TokenizerPair{t, t};
 }
 
 int& command_exit_code() {
@@ -174,10 +197,10 @@ CLI::Validator integer_fits(bool is_unsigned) {
             if (text.size() == digits_from || text.find_first_not_of("0123456789", digits_from) != std::string::npos)
                 return {};  // not a plain integer: CLI11's conversion reports it
             if (is_unsigned && text[0] == '-') return "must be a non-negative integer, got " + text;
-            errno = 0;
-            if (is_unsigned) (void)std::strtoull(text.c_str(), nullptr, 10);
-            else (void)std::strtoll(text.c_str(), nullptr, 10);
-            if (errno == ERANGE)
+            long long as_signed = 0;
+            unsigned long long as_unsigned = 0;
+            const NumberRead read = is_unsigned ? read_unsigned(text, as_unsigned) : read_integer(text, as_signed);
+            if (read == NumberRead::out_of_range)
                 return "must be an integer in [" +
                        (is_unsigned ? std::string("0, 18446744073709551615") : std::string("-9223372036854775808, 9223372036854775807")) +
                        "], got " + text;

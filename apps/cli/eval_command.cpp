@@ -7,7 +7,6 @@
 
 #include "tapeformer/run/checkpoint.h"
 #include "cli/commands.h"
-#include "tapeformer/study/heads.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/io.h"
@@ -69,9 +68,7 @@ void add_eval_command(CLI::App& app) {
         "defaults) and the teacher-forced loss, NLL and perplexity of the references (dropout off).\n"
         "Line pairs with an empty source or reference are left out of the scores.");
     cmd->add_option("--model", opt->model_dir, "Model directory written by `tapeformer train`")->required();
-    cmd->add_option("--mask-heads", opt->mask_heads,
-                    "Attention heads to switch off (gate 0), as KIND:layer:head, 0-based, comma-separated; KIND is E\n"
-                    "(encoder self-attention), D (decoder self-attention) or A (cross-attention), e.g. E:0:1,A:2:3");
+    add_mask_heads_option(*cmd, opt->mask_heads);
     cmd->add_option("--src", opt->src, "Source sentences, one per line")->required()->check(CLI::ExistingFile);
     cmd->add_option("--ref", opt->ref, "Reference translations, one per line, aligned with --src")
         ->required()
@@ -106,7 +103,7 @@ void add_eval_command(CLI::App& app) {
             throw std::runtime_error("--src '" + opt->src + "' and --ref '" + opt->ref +
                                      "' hold no line pair with both sides non-empty: nothing to score");
         ModelBundle bundle = load_model_dir(opt->model_dir);
-        if (!opt->mask_heads.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask_heads, bundle.model->config));
+        apply_mask_heads(*bundle.model, opt->mask_heads);
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         EvalReport report;
         try {

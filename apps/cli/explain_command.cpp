@@ -25,17 +25,6 @@ struct ExplainCommandOptions {
     bool no_values = false;
 };
 
-// A word tokenizer knowing the sentence's words (and the target's): an untrained model's vocabulary.
-TokenizerPair sentence_vocabulary(const std::string& sentence, const std::string& tgt) {
-    std::vector<std::string_view> lines{trim(sentence)};
-    if (!tgt.empty()) lines.push_back(trim(tgt));
-    TokenizerOptions o;
-    o.kind = TokenizerKind::word;
-    o.vocab_size = 0;
-    auto t = WordTokenizer::train(lines, o);
-    return TokenizerPair{t, t};
-}
-
 }  // namespace
 
 void add_explain_command(CLI::App& app) {

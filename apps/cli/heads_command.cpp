@@ -17,6 +17,7 @@
 #include "tapeformer/study/heads_l0.h"
 #include "tapeformer/study/heads_similarity.h"
 #include "tapeformer/io.h"
+#include "tapeformer/number_text.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -111,15 +112,9 @@ void run_l0(const PruneCommandOptions& opt) {
 
 // "10%" or "0.1" -> 0.1
 double parse_fraction(const std::string& text, const char* flag) {
-    std::size_t used = 0;
+    const bool percent = !text.empty() && text.back() == '%';
     double v = -1;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    const bool percent = used > 0 && used + 1 == text.size() && text.back() == '%';
-    if (used == 0 || (used != text.size() && !percent))
+    if (read_real(percent ? text.substr(0, text.size() - 1) : text, v) != NumberRead::ok)
         throw std::runtime_error(std::string(flag) + ": expected a fraction such as 0.1 or 10%, got '" + text + "'");
     return percent ? v / 100 : v;
 }
@@ -341,7 +336,7 @@ void add_heads_command(CLI::App& app) {
         ->check(CLI::Range(0.0, 0.99))
         ->capture_default_str();
     cmd->add_flag("--raw", opt->raw, "Raw importances (default: divided by their L2 norm over each layer's heads)");
-    cmd->add_option("--mask-heads", opt->mask, "Heads whose gate is 0 during the study, e.g. E:0:1,A:2:3");
+    add_mask_heads_option(*cmd, opt->mask);
     add_ablate_command(cmd);
     add_prune_command(cmd);
     add_similarity_command(cmd);
@@ -357,7 +352,7 @@ void add_heads_command(CLI::App& app) {
                 check_output_path((std::filesystem::path(opt->out_dir) / name).string(), "--out", {opt->model_dir, opt->src, opt->tgt});
         ModelBundle bundle = load_model_dir(opt->model_dir);
         Transformer& model = *bundle.model;
-        if (!opt->mask.empty()) mask_heads(model, parse_head_list(opt->mask, model.config));
+        apply_mask_heads(model, opt->mask);
         const ParallelText text = read_parallel(opt->src, opt->tgt);
         const EncodedCorpus corpus = encode_parallel(text, bundle.tokenizers, std::int32_t(model.config.max_len - 1));
         if (corpus.examples.empty())

@@ -72,13 +72,8 @@ void add_tape_command(CLI::App& app) {
         if (model_given) {
             bundle = load_model_dir(opt->model_dir);
         } else {
-            const std::vector<std::string_view> lines{trim(opt->src), trim(opt->tgt)};
-            TokenizerOptions o;
-            o.kind = TokenizerKind::word;
-            o.vocab_size = 0;
-            auto t = WordTokenizer::train(lines, o);
-            bundle.tokenizers = TokenizerPair{t, t};
-            ModelConfig c = tiny_tape_config(t->vocab_size());
+            bundle.tokenizers = sentence_vocabulary(opt->src, opt->tgt);
+            ModelConfig c = tiny_tape_config(bundle.tokenizers.source->vocab_size());
             c.d_model = opt->d_model, c.heads = opt->heads, c.ffn = opt->ffn, c.enc_layers = c.dec_layers = opt->layers;
             c.validate();
             bundle.model = std::make_unique<Transformer>(c, opt->seed);

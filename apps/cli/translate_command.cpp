@@ -18,7 +18,6 @@
 
 #include "tapeformer/run/checkpoint.h"
 #include "cli/commands.h"
-#include "tapeformer/study/heads.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/io.h"
@@ -283,9 +282,7 @@ void add_translate_command(CLI::App& app) {
         "Translate text with a trained model: one sentence per input line, one translation per output line\n"
         "(same count and order; an empty line gives an empty line).");
     cmd->add_option("--model", opt->model_dir, "Model directory written by `tapeformer train`")->required();
-    cmd->add_option("--mask-heads", opt->mask_heads,
-                    "Attention heads to switch off (gate 0), as KIND:layer:head, 0-based, comma-separated; KIND is E\n"
-                    "(encoder self-attention), D (decoder self-attention) or A (cross-attention), e.g. E:0:1,A:2:3");
+    add_mask_heads_option(*cmd, opt->mask_heads);
     cmd->add_option("--input", opt->input, "File to translate (default: standard input)")->check(CLI::ExistingFile);
     cmd->add_option("--output", opt->output,
                     "File to write the translations to, replaced only once all are done; Ctrl-C leaves it as it was\n"
@@ -299,7 +296,7 @@ void add_translate_command(CLI::App& app) {
         apply_precision(opt->precision);
         // The model first: a wrong --model should fail at once, not after the user has typed the input.
         ModelBundle bundle = load_model_dir(opt->model_dir);
-        if (!opt->mask_heads.empty()) mask_heads(*bundle.model, parse_head_list(opt->mask_heads, bundle.model->config));
+        apply_mask_heads(*bundle.model, opt->mask_heads);
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         translate_stream(*opt, bundle);
         command_exit_code() = 0;

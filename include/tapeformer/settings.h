@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tapeformer/config.h"
+#include "tapeformer/number_text.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -107,23 +108,21 @@ bool in_range(const Setting<Config>& s, double v) {
 // Whole text as a signed integer in [lo, hi]; values outside any integer type are out of range too.
 template <class Config>
 long long parse_integer(const Setting<Config>& s, const std::string& text) {
-    errno = 0;
-    char* end = nullptr;
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    const bool whole = !text.empty() && end == text.c_str() + text.size() && text.find_first_of(" \t") == std::string::npos;
-    if (!whole) throw std::invalid_argument("must be " + s.expected() + ", got '" + text + "'");
-    if (errno == ERANGE || !in_range(s, static_cast<double>(v)))
+    long long v = 0;
+    const NumberRead read = read_integer(text, v);
+    if (read == NumberRead::not_a_number) throw std::invalid_argument("must be " + s.expected() + ", got '" + text + "'");
+    if (read == NumberRead::out_of_range || !in_range(s, static_cast<double>(v)))
         throw std::invalid_argument("must be " + s.expected() + ", got " + text);
     return v;
 }
 
+// Whole text as a finite real number in the setting's bounds.
 template <class Config>
 double parse_real(const Setting<Config>& s, const std::string& text) {
-    char* end = nullptr;
-    const double v = std::strtod(text.c_str(), &end);
-    const bool whole = !text.empty() && end == text.c_str() + text.size() && text.find_first_of(" \t") == std::string::npos;
-    if (!whole) throw std::invalid_argument("must be " + s.expected() + ", got '" + text + "'");
-    if (!std::isfinite(v) || !in_range(s, v)) throw std::invalid_argument("must be " + s.expected() + ", got " + text);
+    double v = 0;
+    const NumberRead read = read_real(text, v);
+    if (read == NumberRead::not_a_number) throw std::invalid_argument("must be " + s.expected() + ", got '" + text + "'");
+    if (read == NumberRead::out_of_range || !in_range(s, v)) throw std::invalid_argument("must be " + s.expected() + ", got " + text);
     return v;
 }
 

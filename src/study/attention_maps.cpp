@@ -56,7 +56,11 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
         if (line.empty()) throw std::invalid_argument("attention: the target sentence is empty (leave out --tgt to decode)");
         tgt = tokenizers.target->encode(line);
     } else {
-        tgt = translate_batch(model, src, 1, S, decode).at(0);
+        // The pass below reads BOS + target: the target may fill max_len - 1 positions, one fewer than
+        // translation's cap (which needs no position for the token after the last).
+        DecodeOptions capped = decode;
+        capped.max_len_abs = int(std::min<std::int64_t>(capped.max_len_abs, c.max_len - 1));
+        tgt = translate_batch(model, src, 1, S, capped).at(0);
         maps.decoded = true;
     }
     too_long("target", tgt.size());

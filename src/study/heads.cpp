@@ -741,42 +741,49 @@ std::string heads_csv(const HeadReport& r) {
     return o.str();
 }
 
-std::string heads_tables(const HeadReport& r) {
+std::string layer_head_table(HeadKind kind, const std::string& what, const std::vector<HeadCell>& cells) {
+    int layers = 0, heads = 0;
+    for (const HeadCell& c : cells)
+        if (c.id.kind == kind) layers = std::max(layers, c.id.layer + 1), heads = std::max(heads, c.id.head + 1);
+    if (!layers) return {};
     std::ostringstream o;
     char cell[32];
-    for (HeadKind kind : kKinds) {
-        int layers = 0, heads = 0;
-        for (const HeadStats& s : r.heads)
-            if (s.id.kind == kind) {
-                layers = std::max(layers, s.id.layer + 1);
-                heads = std::max(heads, s.id.head + 1);
-            }
-        if (!layers) continue;
-        for (int table = 0; table < 2; ++table) {
-            o << to_char(kind) << " = " << describe(kind) << ": "
-              << (table == 0 ? std::string("importance (") + to_string(r.options.granularity) +
-                                   (r.options.normalise ? ", normalised per layer)" : ", raw)")
-                             : std::string("attention entropy (nats)"))
-              << "\n  layer";
-            for (int h = 0; h < heads; ++h) {
-                std::snprintf(cell, sizeof cell, "%9s", ("head " + std::to_string(h)).c_str());
-                o << cell;
-            }
-            o << "\n";
-            for (int l = 0; l < layers; ++l) {
-                std::snprintf(cell, sizeof cell, "  %5d", l);
-                o << cell;
-                for (const HeadStats& s : r.heads)
-                    if (s.id.kind == kind && s.id.layer == l) {
-                        std::snprintf(cell, sizeof cell, "%9.4f", table == 0 ? s.importance : s.entropy);
-                        o << cell;
-                    }
-                o << "\n";
-            }
-        }
+    o << to_char(kind) << " = " << describe(kind) << ": " << what << "\n  layer";
+    for (int h = 0; h < heads; ++h) {
+        std::snprintf(cell, sizeof cell, "%9s", ("head " + std::to_string(h)).c_str());
+        o << cell;
+    }
+    o << "\n";
+    for (int l = 0; l < layers; ++l) {
+        std::snprintf(cell, sizeof cell, "  %5d", l);
+        o << cell;
+        for (const HeadCell& c : cells)
+            if (c.id.kind == kind && c.id.layer == l) o << std::string(c.text.size() < 9 ? 9 - c.text.size() : 0, ' ') << c.text;
         o << "\n";
     }
     return o.str();
+}
+
+std::string heads_tables(const HeadReport& r) {
+    const std::string importance = std::string("importance (") + to_string(r.options.granularity) +
+                                   (r.options.normalise ? ", normalised per layer)" : ", raw)");
+    const auto four_places = [](double x) {
+        char text[400];  // room for any double in %f
+        std::snprintf(text, sizeof text, "%.4f", x);
+        return std::string(text);
+    };
+    std::vector<HeadCell> importances, entropies;
+    for (const HeadStats& s : r.heads) {
+        importances.push_back({s.id, four_places(s.importance)});
+        entropies.push_back({s.id, four_places(s.entropy)});
+    }
+    std::string o;
+    for (HeadKind kind : kKinds) {
+        const std::string tables = layer_head_table(kind, importance, importances) +
+                                   layer_head_table(kind, "attention entropy (nats)", entropies);
+        if (!tables.empty()) o += tables + "\n";
+    }
+    return o;
 }
 
 TF_NAMESPACE_END

@@ -177,29 +177,14 @@ std::string l0_json(const L0Report& r) {
 std::string l0_table(const L0Report& r) {
     std::ostringstream o;
     char cell[160];
+    std::vector<HeadCell> gates;
+    for (const L0Head& h : r.heads) {
+        std::snprintf(cell, sizeof cell, "%.3f", h.gate);
+        gates.push_back({h.id, h.closed() ? std::string("closed") : std::string(cell)});
+    }
     for (HeadKind kind : {HeadKind::E, HeadKind::D, HeadKind::A}) {
-        int layers = 0, heads = 0;
-        for (const L0Head& h : r.heads)
-            if (h.id.kind == kind) layers = std::max(layers, h.id.layer + 1), heads = std::max(heads, h.id.head + 1);
-        if (!layers) continue;
-        o << to_char(kind) << " = " << describe(kind) << ": evaluation gate z (closed: 0)\n  layer";
-        for (int h = 0; h < heads; ++h) {
-            std::snprintf(cell, sizeof cell, "%9s", ("head " + std::to_string(h)).c_str());
-            o << cell;
-        }
-        o << "\n";
-        for (int l = 0; l < layers; ++l) {
-            std::snprintf(cell, sizeof cell, "  %5d", l);
-            o << cell;
-            for (const L0Head& h : r.heads)
-                if (h.id.kind == kind && h.id.layer == l) {
-                    if (h.closed()) std::snprintf(cell, sizeof cell, "%9s", "closed");
-                    else std::snprintf(cell, sizeof cell, "%9.3f", h.gate);
-                    o << cell;
-                }
-            o << "\n";
-        }
-        o << "\n";
+        const std::string table = layer_head_table(kind, "evaluation gate z (closed: 0)", gates);
+        if (!table.empty()) o << table << "\n";
     }
     std::snprintf(cell, sizeof cell, "%d of %zu heads closed; BLEU %.2f -> %.2f, NLL %.4f -> %.4f (before -> after fine-tuning)\n",
                   r.closed, r.heads.size(), r.bleu_before, r.bleu_after, r.nll_before, r.nll_after);
