@@ -32,6 +32,7 @@
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/safetensors.h"
 #include "tapeformer/run/train.h"
+#include "tapeformer/study/head_log.h"
 #include "helpers.h"
 
 namespace fs = std::filesystem;
@@ -92,11 +93,12 @@ tf::TrainConfig tiny_config(const Corpus& corpus, const std::string& out_dir) {
     return c;
 }
 
-// Runs train() with its log captured; returns the log.
+// Runs train() as `tapeformer train` does (with the head-log watcher), its log captured; returns the log.
 std::string train_quietly(const tf::TrainConfig& c, tf::TrainResult* result = nullptr) {
     ThreadsGuard threads;
     std::ostringstream log;
-    tf::TrainResult r = tf::train(c, log, /*progress_bar=*/false);
+    tf::HeadLogWatcher head_log;
+    tf::TrainResult r = tf::train(c, log, /*progress_bar=*/false, {&head_log});
     if (result) *result = r;
     return log.str();
 }
@@ -1581,6 +1583,86 @@ TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume)
     resume.threads = 1;
     train_quietly(resume);
     CHECK(read_all(tmp / "split" + "/heads.jsonl") == read_all(tmp / "straight" + "/heads.jsonl"));
+}
+
+// A watcher that records what the trainer asks and shows it: it watches every `every`-th step.
+struct RecordingWatcher : tf::StepWatcher, tf::ForwardObserver {
+    std::int64_t every;
+    explicit RecordingWatcher(std::int64_t n) : every(n) {}
+    std::vector<std::int64_t> asked, shown, shown_epochs;
+    std::vector<std::int64_t> started;  // the run's max_steps at each start()
+    std::int64_t probes = 0;            // probes heard since the last shown step
+    std::vector<std::int64_t> probes_per_step;
+    void start(const tf::TrainConfig& run) override { started.push_back(run.max_steps); }
+    tf::ForwardObserver* observe(std::int64_t step) override {
+        asked.push_back(step);
+        probes = 0;
+        return step % every == 0 ? this : nullptr;
+    }
+    void probe(const void*, const char*, const char*, const tf::Tensor&) override { ++probes; }
+    void after_backward(const tf::WatchedStep& s) override {
+        shown.push_back(s.step);
+        shown_epochs.push_back(s.epoch);
+        probes_per_step.push_back(probes);
+        CHECK(s.report.tokens > 0);
+        CHECK(s.batch.num_tgt_tokens == s.report.tokens);
+        // After the backward, before the update: the gradients are there.
+        bool any_grad = false;
+        for (const auto& p : s.model.parameters()) any_grad = any_grad || p.tensor.has_grad();
+        CHECK(any_grad);
+    }
+};
+
+TEST_CASE("train: step watchers are asked before every step and shown exactly the steps they watch, the same "
+          "after a resume, and change no number", "[train][heads]") {
+    Corpus corpus(180, 20);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "watched");
+    c.max_steps = 7;
+    c.checkpoint_every = 3;
+    RecordingWatcher thirds(3), halves(2);  // two at once: both hear steps 6's forward
+    {
+        ThreadsGuard threads;
+        std::ostringstream log;
+        tf::train(c, log, false, {&thirds, &halves});
+    }
+    CHECK(thirds.started == std::vector<std::int64_t>{7});
+    CHECK(thirds.asked == std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7});
+    CHECK(thirds.shown == std::vector<std::int64_t>{3, 6});
+    CHECK(halves.shown == std::vector<std::int64_t>{2, 4, 6});
+    for (const auto& w : {&thirds, &halves}) {
+        CHECK(w->shown_epochs.size() == w->shown.size());
+        for (std::int64_t e : w->shown_epochs) CHECK(e >= 1);
+        for (std::int64_t n : w->probes_per_step) CHECK(n > 0);  // its observer heard the forward
+    }
+    CHECK(thirds.probes_per_step[1] == halves.probes_per_step[2]);  // step 6: each heard every probe
+
+    // Watching changes no number: the same losses as the unwatched run.
+    c.out_dir = tmp / "plain";
+    train_quietly(c);
+    const auto watched = of_type(read_metrics(tmp / "watched"), "train"), plain = of_type(read_metrics(tmp / "plain"), "train");
+    REQUIRE(watched.size() == 7);
+    REQUIRE(plain.size() == 7);
+    for (std::size_t i = 0; i < watched.size(); ++i) CHECK(watched[i].at("loss") == plain[i].at("loss"));
+
+    // A resumed run asks from the step after its checkpoint on, with the run's settings (run.json's).
+    c.out_dir = tmp / "split";
+    c.max_steps = 4;  // checkpoints at 3 and at the end, 4
+    train_quietly(c);
+    tf::TrainConfig resume;
+    resume.out_dir = tmp / "split";
+    resume.resume = true;
+    resume.max_steps = 7;
+    resume.threads = 1;
+    RecordingWatcher after(3);
+    {
+        ThreadsGuard threads;
+        std::ostringstream log;
+        tf::train(resume, log, false, {&after});
+    }
+    CHECK(after.started == std::vector<std::int64_t>{7});
+    CHECK(after.asked == std::vector<std::int64_t>{5, 6, 7});
+    CHECK(after.shown == std::vector<std::int64_t>{6});
 }
 
 // ---- integrity of what is loaded (issue 8, section 3) ------------------------------------------------------

@@ -1,5 +1,6 @@
 // `tapeformer train`: a flag for every setting of the table in train_settings.h, --config, --preset.
-// The callback collects what was given, resolve_train_config merges it, tf::train runs it.
+// The callback collects what was given, resolve_train_config merges it, tf::train runs it with the head-log
+// watcher (study/head_log.h).
 #include <unistd.h>
 
 #include <iostream>
@@ -9,6 +10,7 @@
 #include "tapeformer/blas.h"
 #include "cli/commands.h"
 #include "tapeformer/run/train_settings.h"
+#include "tapeformer/study/head_log.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -69,7 +71,10 @@ void add_train_command(CLI::App& app) {
         args->threads = num_threads();  // as set by the global --threads (default: all cores)
         const ResolvedTrainConfig resolved = resolve_train_config(*args);
         for (const std::string& note : resolved.notes) std::cerr << "tapeformer: note: " << note << "\n";
-        const TrainResult r = train(resolved.config, std::cerr, isatty(STDERR_FILENO) != 0);
+        // The studies that watch training from above: the head log writes heads.jsonl when the run's
+        // --log-heads-every says so (its own on --resume, which the flags here do not carry).
+        HeadLogWatcher head_log;
+        const TrainResult r = train(resolved.config, std::cerr, isatty(STDERR_FILENO) != 0, {&head_log});
         command_exit_code() = r.interrupted ? 130 : 0;
     });
 }

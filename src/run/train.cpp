@@ -34,7 +34,6 @@
 #include "tapeformer/data/text.h"
 #include "tapeformer/data/vocab.h"
 #include "tapeformer/run/evaluate.h"
-#include "tapeformer/study/heads.h"
 #include "tapeformer/io.h"
 #include "run/json_integer.h"
 #include "tapeformer/run/train_settings.h"
@@ -237,9 +236,37 @@ namespace {
 
 constexpr int kTokenizerThreads = 2;  // SentencePiece's trainer threads, whatever --threads says
 
+// The watchers (train.h) that watch one step, and the one observer its forward gets: the watcher's own
+// when one watches, a fan-out to each when several do, none when none does.
+class WatchersOfStep : public ForwardObserver {
+public:
+    WatchersOfStep(const std::vector<StepWatcher*>& all, std::int64_t step) {
+        for (StepWatcher* w : all)
+            if (ForwardObserver* o = w->observe(step)) watching_.push_back(Watching{w, o});
+    }
+    ForwardObserver* observer() {
+        if (watching_.empty()) return nullptr;
+        return watching_.size() == 1 ? watching_[0].observer : this;
+    }
+    void probe(const void* module, const char* type, const char* name, const Tensor& value) override {
+        for (const Watching& w : watching_) w.observer->probe(module, type, name, value);
+    }
+    void after_backward(const WatchedStep& step) {
+        for (const Watching& w : watching_) w.watcher->after_backward(step);
+    }
+
+private:
+    struct Watching {
+        StepWatcher* watcher;
+        ForwardObserver* observer;  // what it listens to this step's forward with
+    };
+    std::vector<Watching> watching_;
+};
+
 class Trainer {
 public:
-    Trainer(TrainConfig config, std::ostream& log, bool bar) : c_(std::move(config)), log_(log), bar_(bar) {}
+    Trainer(TrainConfig config, std::ostream& log, bool bar, std::vector<StepWatcher*> watchers)
+        : c_(std::move(config)), log_(log), bar_(bar), watchers_(std::move(watchers)) {}
     TrainResult run();
 
 private:
@@ -248,7 +275,6 @@ private:
     void prepare_directory();  // the run's settings (--resume: run.json, and which checkpoint to continue)
     void prepare_data();       // the corpus read and the tokenizer trained, in memory
     void build_model();        // the model, and with --resume its checkpoint loaded
-    void log_heads(const Batch& b, const LossReport& report, const AttentionProbes& probes);
     void start_writing();      // only now: --force's deletions, the tokenizer, run.json, metrics.jsonl
     void lock_directory();
     std::string resume_checkpoint();
@@ -267,6 +293,7 @@ private:
     TrainConfig c_;
     std::ostream& log_;
     bool bar_;
+    std::vector<StepWatcher*> watchers_;  // studies above the loop (train.h), shown the steps they ask for
     std::string dir_;
     RunLock lock_;
     std::string resume_from_;  // --resume: the checkpoint to load ("" = start the run from step 0)
@@ -285,7 +312,6 @@ private:
     TrainState state_;
     Manifest manifest_;
     std::ofstream metrics_;
-    std::ofstream heads_log_;  // heads.jsonl, with --log-heads-every
     TrainResult result_;
 
     // For the next log line (the steps it averages are state_.log_window).
@@ -663,12 +689,10 @@ void Trainer::start_writing() {
     if (c_.resume) truncate_metrics(metrics, state_.step);  // a resumed run continues from its checkpoint's step
     metrics_.open(metrics, std::ios::app);
     if (!metrics_) throw std::runtime_error("cannot write '" + metrics + "'");
-    if (c_.log_heads_every) {
-        const std::string heads = (fs::path(dir_) / "heads.jsonl").string();
-        if (c_.resume) truncate_metrics(heads, state_.step);
-        heads_log_.open(heads, std::ios::app);
-        if (!heads_log_) throw std::runtime_error("cannot write '" + heads + "'");
-    }
+    // heads.jsonl is written by the head-log watcher (HeadLogWatcher, a study), but which lines a resumed run
+    // keeps is the run's to say, as for metrics.jsonl.
+    if (c_.resume && c_.log_heads_every) truncate_metrics((fs::path(dir_) / "heads.jsonl").string(), state_.step);
+    for (StepWatcher* w : watchers_) w->start(c_);
 }
 
 void Trainer::write_metrics(const nlohmann::json& j) {
@@ -677,26 +701,9 @@ void Trainer::write_metrics(const nlohmann::json& j) {
     if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
 }
 
-// One heads.jsonl line: what measure_training_step (heads.h) reads off this step's gradients and weights.
-void Trainer::log_heads(const Batch& b, const LossReport& report, const AttentionProbes& probes) {
-    nlohmann::json heads = nlohmann::json::array();
-    for (const HeadStats& h : measure_training_step(*model_, b, probes))
-        heads.push_back({{"head", h.id.str()}, {"importance", h.importance}, {"importance_raw", h.importance_raw},
-                         {"grad_wq", h.grad_wq}, {"grad_wk", h.grad_wk}, {"grad_wv", h.grad_wv}, {"grad_wo", h.grad_wo},
-                         {"entropy", h.entropy}, {"entropy_normalised", h.entropy_normalised}});
-    const nlohmann::json j = {{"step", state_.step}, {"epoch", state_.epoch + 1}, {"tokens", report.tokens},
-                              {"loss", report.loss},
-                              {"measured", "this training step's batch, dropout and label smoothing on; importance = "
-                                           "|<W_o^h, dL/dW_o^h>| of the mean loss, before clipping"},
-                              {"heads", heads}};
-    heads_log_ << j.dump() << "\n";
-    heads_log_.flush();
-    if (!heads_log_) throw std::runtime_error("cannot write '" + dir_ + "/heads.jsonl' (is the disk full?)");
-}
-
 // One step of the library's (train_step.h), and the run's bookkeeping around it: the step count, the
-// dropout stream's position, the log window; at --log-heads-every and --log-every steps the gradients
-// before clipping are read (heads.jsonl, the metrics line's layer_grad_norms).
+// dropout stream's position, the log window; the watchers of the step (train.h) and, at --log-every steps,
+// the metrics line's layer_grad_norms read the gradients before clipping.
 void Trainer::train_step(const Batch& b) {
     const auto t0 = Clock::now();
     ++state_.step;
@@ -706,13 +713,12 @@ void Trainer::train_step(const Batch& b) {
     settings.label_smoothing = c_.optim.label_smoothing;
     settings.clip = c_.optim.clip;
     settings.fuse_attention = true;  // the same numbers as the composed ops (ops.h attention_heads), faster
-    const bool heads_step = c_.log_heads_every && state_.step % c_.log_heads_every == 0;
-    AttentionProbes heads_probes;  // the attention weights, for the entropy in heads.jsonl
-    if (heads_step) settings.observer = &heads_probes;
+    WatchersOfStep watching(watchers_, state_.step);
+    settings.observer = watching.observer();
     settings.check_nan = c_.check_nan;
     StepHooks hooks;
     hooks.before_update = [&](const StepResult& r) {
-        if (heads_step) log_heads(b, r.loss, heads_probes);  // gradients before clipping
+        watching.after_backward(WatchedStep{state_.step, state_.epoch + 1, b, r.loss, *model_});  // gradients before clipping
         if (state_.step % c_.log_every == 0) layer_grad_norms_ = layer_grad_norms(optimizer_->params());
     };
     StepResult step;
@@ -1007,9 +1013,9 @@ const char* to_string(StopReason reason) {
     return "?";
 }
 
-TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar) {
+TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar, const std::vector<StepWatcher*>& watchers) {
     config.validate();
-    Trainer trainer(std::move(config), log, progress_bar);
+    Trainer trainer(std::move(config), log, progress_bar, watchers);
     return trainer.run();
 }
 

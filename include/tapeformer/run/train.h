@@ -6,13 +6,15 @@
 //                    zero_grad; backward(loss)              the tape in reverse
 //                    clip ‖g‖ to max_norm; optimizer.step(lr(step))     one step: train_step.h
 //
-// The CLI (`tapeformer train`) only fills a TrainConfig (train_settings.h) and calls train().
+// The CLI (`tapeformer train`) only fills a TrainConfig (train_settings.h) and calls train(), with the
+// step watchers (below) of the studies that look at training from above, such as the head log.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tapeformer/blas.h"
 #include "tapeformer/data/tokenizer.h"
@@ -65,7 +67,9 @@ struct TrainConfig {
     std::int64_t keep_every = 0;       // also keep every N-th step's checkpoint for good (0 = none), so
                                        // that heads, eval, ... can be run across training
     std::int64_t log_heads_every = 0;  // steps between DIR/heads.jsonl entries (0 = none): per-head batch
-                                       // importance, gradient norms and attention entropy of that step
+                                       // importance, gradient norms and attention entropy of that step,
+                                       // written by the head-log watcher (HeadLogWatcher, a study) that the CLI
+                                       // passes to train(); the run itself only truncates it on --resume
     bool valid_bleu = true;            // validation also decodes (greedy) and scores BLEU; best = highest BLEU
     std::int64_t valid_bleu_sentences = 0;  // decode only the first N validation sentences (0 = all)
     bool overfit_batch = false;        // train on one batch, the first pairs of the training file, every step
@@ -105,10 +109,43 @@ struct TrainResult {
     bool interrupted = false;      // SIGINT/SIGTERM: a checkpoint was saved, --resume continues
 };
 
+struct Batch;  // data/batch.h
+
+// What a watcher is shown of one step it watches, after the backward and before clipping: the parameters'
+// gradients are those of this batch's loss (the mean over its target tokens, label-smoothed, dropout on),
+// the weights those its forward used.
+struct WatchedStep {
+    std::int64_t step;           // 1-based, as in metrics.jsonl
+    std::int64_t epoch;          // 1-based, as in metrics.jsonl
+    const Batch& batch;
+    const LossReport& report;    // the step's loss, nll and target tokens
+    Transformer& model;
+};
+
+// A study that looks at some training steps from above the loop, which knows it only as this (the head
+// log of `train --log-heads-every`, HeadLogWatcher, is one). Before each step's forward the loop asks
+// every watcher whether it watches that step; one that does listens to the forward's probes (its observer
+// goes into Pass::observer) and is shown the step after the backward. A watcher changes no number the
+// training computes.
+class StepWatcher {
+public:
+    virtual ~StepWatcher() = default;
+    // Once, after the run has read and checked its inputs, when it starts writing to its directory: the
+    // run's settings (on --resume its own, from run.json), out_dir among them.
+    virtual void start(const TrainConfig& run) = 0;
+    // Before step `step`'s forward (1-based): the observer that listens to it, or nullptr when this step
+    // is not watched.
+    virtual ForwardObserver* observe(std::int64_t step) = 0;
+    // After the backward of a step that observe() watched.
+    virtual void after_backward(const WatchedStep& step) = 0;
+};
+
 // Trains as configured, logging to `log` (a live progress bar when `log` is a terminal's stderr, plain
-// lines otherwise). Throws std::runtime_error / std::invalid_argument with one readable line on bad
-// input or a non-finite loss; whatever checkpoint was written last stays intact.
-TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar);
+// lines otherwise), and showing the steps they ask for to `watchers` (not owned; none by default).
+// Throws std::runtime_error / std::invalid_argument with one readable line on bad input or a non-finite
+// loss; whatever checkpoint was written last stays intact.
+TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar,
+                  const std::vector<StepWatcher*>& watchers = {});
 
 // A data file as the run found it at its start (run.json "data_files"): a resumed run must read the same
 // bytes, or the losses differ from the uninterrupted run's.
