@@ -8,6 +8,7 @@
 
 #include "tapeformer/blas.h"
 #include "cli/commands.h"
+#include "tapeformer/run/train.h"
 #include "tapeformer/run/train_settings.h"
 
 TF_NAMESPACE_BEGIN
