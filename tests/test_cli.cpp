@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tapeformer/model_settings.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
@@ -338,7 +339,7 @@ TEST_CASE("bad model directories fail with one line naming the problem and leave
     }
     SECTION("a model.safetensors of another format version") {
         tf::Transformer model(f.config);
-        auto meta = f.config.to_metadata();
+        auto meta = tf::to_metadata(f.config);
         meta["tapeformer.format"] = "999";
         meta["tapeformer.kind"] = "model";
         tf::save_safetensors(f.weights, model.parameters(), meta, /*with_checksum=*/true);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tapeformer/model_settings.h"
 #include "tapeformer/autograd.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/safetensors.h"
@@ -41,7 +42,7 @@ void check_config(const std::string& name) {
     std::ifstream batch_file(dir + "batch.json");
     const nlohmann::json batch = nlohmann::json::parse(batch_file);
 
-    Transformer model(ModelConfig::from_metadata(weights.metadata));
+    Transformer model(model_config_from_metadata(weights.metadata));
     load_into(model.parameters(), weights);
     std::int64_t B, S, T, B2, T2;
     const auto src = flat(batch.at("src"), B, S);

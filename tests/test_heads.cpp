@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "tapeformer/model_settings.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/gradcheck.h"
@@ -198,7 +199,7 @@ TEST_CASE("heads: importance and gradient norms equal PyTorch's (tests/golden/*/
         const tf::SafetensorsFile weights = tf::load_safetensors(dir + "weights.safetensors");
         const tf::SafetensorsFile expected = tf::load_safetensors(dir + "heads.safetensors");
         const auto batch = nlohmann::json::parse(read_all(dir + "batch.json"));
-        tf::Transformer model(tf::ModelConfig::from_metadata(weights.metadata));
+        tf::Transformer model(tf::model_config_from_metadata(weights.metadata));
         tf::load_into(model.parameters(), weights);
         std::vector<tf::Example> data;  // the batch's rows as pairs: source tokens before EOS, target tokens before EOS
         for (std::size_t b = 0; b < batch.at("src").size(); ++b) {

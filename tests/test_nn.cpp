@@ -63,21 +63,6 @@ TEST_CASE("model config: invalid settings are refused with the numbers named", "
     CHECK_THROWS_WITH(parse_tying("both"), Catch::Contains("none, decoder, all"));
 }
 
-TEST_CASE("model config: metadata round trip", "[nn]") {
-    ModelConfig c = small_config();
-    c.norm = NormPosition::Pre;
-    c.activation = Activation::GELU;
-    c.tie = Tying::Decoder;
-    c.dropout = 0.25;
-    ModelConfig d = ModelConfig::from_metadata(c.to_metadata());
-    CHECK(d.to_metadata() == c.to_metadata());
-    CHECK(d.norm == NormPosition::Pre);
-    CHECK(d.dropout == 0.25);
-    auto bad = c.to_metadata();
-    bad["d_model"] = "sixteen";
-    CHECK_THROWS_WITH(ModelConfig::from_metadata(bad), Catch::Contains("d_model") && Catch::Contains("sixteen"));
-}
-
 TEST_CASE("parameter names follow PyTorch's nn.Transformer state dict", "[nn]") {
     ModelConfig c = small_config();
     Transformer post(c);

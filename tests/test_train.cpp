@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "tapeformer/model_settings.h"
 #include "tapeformer/blas.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/safetensors.h"
@@ -709,7 +710,7 @@ TEST_CASE("train: a loss that blows up stops training, names the step, and leave
     // The checkpoint of the step before is intact: it loads into a model of the run's settings.
     const std::string path = out + "/" + state.at("last").get<std::string>();
     const tf::SafetensorsFile file = tf::load_safetensors(path);
-    tf::Transformer model(tf::ModelConfig::from_metadata(file.metadata));
+    tf::Transformer model(tf::model_config_from_metadata(file.metadata));
     tf::Sgd sgd(model.parameters(), tf::SgdOptions{});
     CHECK(tf::load_training_checkpoint(path, model, sgd).step == saved);
     CHECK_NOTHROW(tf::load_model_dir(out));

@@ -81,8 +81,8 @@ TEST_CASE("train settings: every setting survives config.toml, run.json and the 
         check_same_settings(tf::train_config_from_json(tf::to_json(changed)), changed);
     }
     SECTION("the weights file's metadata") {
-        const tf::ModelConfig back = tf::ModelConfig::from_metadata(changed.model.to_metadata());
-        for (const auto& s : tf::ModelConfig::settings()) {
+        const tf::ModelConfig back = tf::model_config_from_metadata(tf::to_metadata(changed.model));
+        for (const auto& s : tf::model_settings()) {
             INFO(s.key);
             CHECK(s.get(back) == s.get(changed.model));
         }
@@ -303,13 +303,13 @@ TEST_CASE("train settings: a bad config file is refused with its line", "[train]
 }
 
 TEST_CASE("model settings: sizes in an edited weights file are bounded before anything is allocated", "[nn][settings]") {
-    const auto meta = tf::ModelConfig{}.to_metadata();
+    const auto meta = tf::to_metadata(tf::ModelConfig{});
     for (const auto& [key, value] : std::map<std::string, std::string>{
              {"ffn", "99999999999999"}, {"max_len", "100000000"}, {"heads", "-4"}, {"d_model", "1e3"}, {"src_vocab", "0"}}) {
         INFO(key);
         auto bad = meta;
         bad[key] = value;
-        CHECK_THROWS_WITH(tf::ModelConfig::from_metadata(bad), Contains(key) && Contains(value));
+        CHECK_THROWS_WITH(tf::model_config_from_metadata(bad), Contains(key) && Contains(value));
     }
     // Each size within its bounds, all together far too large: refused by validate, not by bad_alloc.
     tf::ModelConfig huge;

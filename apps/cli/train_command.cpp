@@ -9,6 +9,7 @@
 
 #include "tapeformer/blas.h"
 #include "cli/commands.h"
+#include "tapeformer/run/train.h"
 #include "tapeformer/run/train_settings.h"
 #include "tapeformer/study/head_log.h"
 

@@ -1,12 +1,11 @@
 // A setting of a configuration struct, described once: its flag and file name, its key in stored files,
 // its help text, its type and bounds, and how to read and write it. A table of these drives the CLI's
 // flags, config.toml, run.json and the weights file's metadata: a setting's flag, keys, help, bounds,
-// reading and writing are written once, in that table. Not every mention is: the presets (train_settings.cpp) name
-// flags, and the readers of stored files outside the table spell keys again (report.cpp reads run.json's
-// "d_model", "optim" "lr", "warmup", "label_smoothing", ... by name; bench.cpp and the head studies write
-// their own "d_model"): renaming a key means finding those too.
+// reading and writing are written once, in that table (report.cpp too reads run.json through it). Not every
+// mention is: the presets (train_settings.cpp) name flags, the report names the keys it shows, and bench.cpp
+// and the head studies write their own "d_model": renaming a key means finding those too.
 //
-//   Setting<ModelConfig>  ModelConfig::settings()   (nn/transformer.h: the weights file's metadata)
+//   Setting<ModelConfig>  model_settings()          (model_settings.h: the weights file's metadata)
 //   Setting<TrainConfig>  train_settings()          (train_settings.h: flags, config.toml, run.json)
 #pragma once
 #include <algorithm>

@@ -2,6 +2,8 @@
 #include "tapeformer/nn/transformer.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -41,11 +43,44 @@ PositionalKind parse_positional(const std::string& s) {
     throw std::invalid_argument("positional encoding '" + s + "' is not one of: sinusoidal, learned");
 }
 
+namespace {
+// The shortest text that reads back as exactly `v` ("0.1", not "0.10000000000000001").
+std::string shortest(double v) {
+    char buf[64];
+    for (int digits = 1; digits <= 17; ++digits) {
+        std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (std::strtod(buf, nullptr) == v) break;
+    }
+    return buf;
+}
+}  // namespace
+
 void ModelConfig::validate_settings() const {
-    // Each number within its bounds (settings()) first: the checks below divide by them.
-    for (const Setting<ModelConfig>& s : settings())
-        if (const std::string problem = setting_problem(s, *this); !problem.empty())
-            throw std::invalid_argument("model config: " + s.key + " " + problem);
+    // Each number within its range first: the checks below divide by them.
+    auto integer = [](const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+        if (v < lo || v > hi)
+            throw std::invalid_argument(std::string("model config: ") + key + " must be an integer in [" + std::to_string(lo) +
+                                        ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    };
+    auto rate = [](const char* key, double p) {
+        if (!(p >= 0 && p < 1))
+            throw std::invalid_argument(std::string("model config: ") + key + " must be a finite number in [0, 1), got " +
+                                        shortest(p));
+    };
+    integer("src_vocab", src_vocab, 1, kMaxVocab);
+    integer("tgt_vocab", tgt_vocab, 1, kMaxVocab);
+    integer("d_model", d_model, 1, kMaxDModel);
+    integer("heads", heads, 1, kMaxHeads);
+    integer("ffn", ffn, 1, kMaxFfn);
+    integer("enc_layers", enc_layers, 1, kMaxLayers);
+    integer("dec_layers", dec_layers, 1, kMaxLayers);
+    rate("dropout", dropout);
+    rate("attention_dropout", attention_dropout);
+    rate("activation_dropout", activation_dropout);
+    integer("max_len", max_len, 1, kMaxPositions);
+    integer("pad_id", pad_id, 0, kMaxVocab - 1);
+    integer("bos_id", bos_id, 0, kMaxVocab - 1);
+    integer("eos_id", eos_id, 0, kMaxVocab - 1);
     if (d_model % heads != 0)
         throw std::invalid_argument("model config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
                                     std::to_string(heads));
@@ -116,13 +151,18 @@ std::optional<ModelConfig> resized(const ModelConfig& c, const std::string& key)
 // c with setting `key` at the value that gives a model the fewest parameters, or nothing when it is there.
 std::optional<ModelConfig> plainest(const ModelConfig& c, const std::string& key) {
     ModelConfig v = c;
-    if (key == "attention") v.attention = AttentionScore::Dot;
-    if (key == "output_bias") v.output_bias = false;
-    if (key == "norm") v.norm = NormPosition::Post;
-    if (key == "positional") v.positional = PositionalKind::Sinusoidal;
-    if (key == "enc_layers") v.enc_layers = 1;
-    if (key == "dec_layers") v.dec_layers = 1;
-    if (v.to_metadata() == c.to_metadata()) return std::nullopt;
+    bool changed = false;
+    auto set = [&](auto& field, auto plain) {
+        changed = field != plain;
+        field = plain;
+    };
+    if (key == "attention") set(v.attention, AttentionScore::Dot);
+    if (key == "output_bias") set(v.output_bias, false);
+    if (key == "norm") set(v.norm, NormPosition::Post);
+    if (key == "positional") set(v.positional, PositionalKind::Sinusoidal);
+    if (key == "enc_layers") set(v.enc_layers, std::int64_t{1});
+    if (key == "dec_layers") set(v.dec_layers, std::int64_t{1});
+    if (!changed) return std::nullopt;
     return v;
 }
 }  // namespace
@@ -146,11 +186,13 @@ std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
         }
     }
     // An extent no change could move (a setting at both its bounds): the first size setting of its value.
-    const std::map<std::string, std::string> value = to_metadata();
+    const std::map<std::string, std::int64_t> value = {{"heads", heads},         {"d_model", d_model},
+                                                       {"ffn", ffn},             {"src_vocab", src_vocab},
+                                                       {"tgt_vocab", tgt_vocab}, {"max_len", max_len}};
     for (ParameterShape& p : out)
         for (std::size_t d = 0; d < p.shape.size(); ++d)
             for (const char* key : sizes)
-                if (p.dims_from[d].empty() && value.at(key) == std::to_string(p.shape[d])) p.dims_from[d] = key;
+                if (p.dims_from[d].empty() && value.at(key) == p.shape[d]) p.dims_from[d] = key;
     for (ParameterShape& p : out)
         for (std::string& from : p.dims_from)
             if (from.empty()) from = "d_model";
@@ -164,73 +206,6 @@ std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
             if (p.exists_because.empty() && !kept.count(p.name)) p.exists_because = key;
     }
     return out;
-}
-
-// The model's settings, once: the train command's flags and config.toml names (name), the keys of the
-// weights file's metadata and run.json (key), and the range each may take. Sizes are bounded so that an
-// edited file cannot ask for terabytes; validate() checks how they fit together.
-const std::vector<Setting<ModelConfig>>& ModelConfig::settings() {
-    using C = ModelConfig;
-    const std::string g = "Model";
-    static const std::vector<Setting<C>> table = {
-        integer_setting<C>("", "src_vocab", g, "Source vocabulary size V (from the tokenizer)", 1, kMaxVocab,
-                           [](auto& c) -> auto& { return c.src_vocab; }),
-        integer_setting<C>("", "tgt_vocab", g, "Target vocabulary size V (from the tokenizer)", 1, kMaxVocab,
-                           [](auto& c) -> auto& { return c.tgt_vocab; }),
-        integer_setting<C>("d-model", "d_model", g, "Model width C", 1, 16384, [](auto& c) -> auto& { return c.d_model; }),
-        integer_setting<C>("heads", "heads", g, "Attention heads H (d-model must be divisible by it)", 1, 1024,
-                           [](auto& c) -> auto& { return c.heads; }),
-        integer_setting<C>("ffn", "ffn", g, "Feed-forward inner width F", 1, 262144, [](auto& c) -> auto& { return c.ffn; }),
-        integer_setting<C>("enc-layers", "enc_layers", g, "Encoder layers", 1, 64, [](auto& c) -> auto& { return c.enc_layers; }),
-        integer_setting<C>("dec-layers", "dec_layers", g, "Decoder layers", 1, 64, [](auto& c) -> auto& { return c.dec_layers; }),
-        real_setting<C>("dropout", "dropout", g, "Dropout on embeddings and sublayer outputs", 0, 1,
-                        [](auto& c) -> auto& { return c.dropout; }, false, true),
-        real_setting<C>("attention-dropout", "attention_dropout", g, "Dropout on attention weights (default: --dropout)", 0, 1,
-                        [](auto& c) -> auto& { return c.attention_dropout; }, false, true),
-        real_setting<C>("activation-dropout", "activation_dropout", g, "Dropout inside the FFN (default: --dropout)", 0, 1,
-                        [](auto& c) -> auto& { return c.activation_dropout; }, false, true),
-        choice_setting<C>("norm", "norm", g, "LayerNorm position (post: the paper's; pre: more stable when deep)", {"post", "pre"},
-                          [](auto& c) -> auto& { return c.norm; }, parse_norm_position,
-                          [](NormPosition n) { return to_string(n); }),
-        choice_setting<C>("activation", "activation", g, "FFN activation", {"relu", "gelu"},
-                          [](auto& c) -> auto& { return c.activation; }, parse_activation,
-                          [](Activation a) { return to_string(a); }),
-        choice_setting<C>("tie", "tie", g, "Embedding tying: decoder = the target embedding is the output layer; all = one table for both\n"
-                          "languages and the output (needs --joint-vocab)",
-                          {"none", "decoder", "all"}, [](auto& c) -> auto& { return c.tie; }, parse_tying,
-                          [](Tying t) { return to_string(t); }),
-        choice_setting<C>("positional", "positional", g, "Positional encoding", {"sinusoidal", "learned"},
-                          [](auto& c) -> auto& { return c.positional; }, parse_positional,
-                          [](PositionalKind p) { return to_string(p); }),
-        added_later(choice_setting<C>("attention", "attention", g,
-                                      "Attention scoring: dot = the paper's q·k/√D; additive = Bahdanau's v·tanh(W_q q + W_k k)",
-                                      {"dot", "additive"}, [](auto& c) -> auto& { return c.attention; },
-                                      parse_attention_score, [](AttentionScore s) { return to_string(s); })),
-        added_later(bool_setting<C>("output-bias", "output_bias", g,
-                                    "A bias on the output projection (PyTorch's nn.Linear; the paper and fairseq have none)",
-                                    "", [](auto& c) -> auto& { return c.output_bias; })),
-        integer_setting<C>("max-positions", "max_len", g, "Longest sequence the positional table covers", 1, 65536,
-                           [](auto& c) -> auto& { return c.max_len; }),
-        integer_setting<C>("", "pad_id", g, "Id of the padding token", 0, kMaxVocab - 1, [](auto& c) -> auto& { return c.pad_id; }),
-        integer_setting<C>("", "bos_id", g, "Id of the begin-of-sentence token", 0, kMaxVocab - 1,
-                           [](auto& c) -> auto& { return c.bos_id; }),
-        integer_setting<C>("", "eos_id", g, "Id of the end-of-sentence token", 0, kMaxVocab - 1,
-                           [](auto& c) -> auto& { return c.eos_id; }),
-    };
-    return table;
-}
-
-std::map<std::string, std::string> ModelConfig::to_metadata() const {
-    std::map<std::string, std::string> m;
-    for (const Setting<ModelConfig>& s : settings()) m[s.key] = s.get(*this);
-    return m;
-}
-
-ModelConfig ModelConfig::from_metadata(const std::map<std::string, std::string>& m) {
-    ModelConfig c;
-    for (const Setting<ModelConfig>& s : settings())
-        if (auto it = m.find(s.key); it != m.end()) apply_setting(s, c, it->second, "model metadata: " + s.key);
-    return c;
 }
 
 // ---- layers ------------------------------------------------------------------------------------------------

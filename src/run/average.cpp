@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "tapeformer/model_settings.h"
+
 TF_NAMESPACE_BEGIN
 
 namespace {
@@ -46,7 +48,7 @@ ModelBundle average_models(const std::vector<std::string>& paths, bool mix_runs)
     if (paths.empty()) throw std::invalid_argument("average_models: no model to average");
     ModelBundle mean = load_model_dir(paths.front());
     std::vector<Added> added = {{paths.front(), mean.weights_path, mean.dir, mean.stamp}};
-    const auto config = mean.model->config.to_metadata();
+    const auto config = to_metadata(mean.model->config);
     const std::string tokenizer = tokenizer_hash(mean.tokenizers);
     ParamList params = unique_parameters(mean.model->parameters());
     std::vector<std::vector<double>> sums(params.size());
@@ -61,7 +63,7 @@ ModelBundle average_models(const std::vector<std::string>& paths, bool mix_runs)
     add(params);
     for (std::size_t k = 1; k < paths.size(); ++k) {
         const ModelBundle other = load_model_dir(paths[k]);
-        if (other.model->config.to_metadata() != config)
+        if (to_metadata(other.model->config) != config)
             throw std::runtime_error(paths[k] + ": another model configuration than " + paths.front() +
                                      "'s; only checkpoints of one run can be averaged");
         if (tokenizer_hash(other.tokenizers) != tokenizer)

@@ -15,6 +15,7 @@
 #include "tapeformer/data/vocab.h"
 #include "tapeformer/error.h"
 #include "tapeformer/io.h"
+#include "tapeformer/model_settings.h"
 #include "tapeformer/safetensors.h"
 
 TF_NAMESPACE_BEGIN
@@ -49,7 +50,7 @@ std::string tokenizer_file_bytes(const Tokenizer& t) {
 
 std::map<std::string, std::string> model_metadata(const Transformer& model, const char* kind,
                                                   const std::string& tokenizer_hash, const std::string& run_id) {
-    std::map<std::string, std::string> meta = model.config.to_metadata();
+    std::map<std::string, std::string> meta = to_metadata(model.config);
     meta[kFormatKey] = std::to_string(kCheckpointFormat);
     meta[kKindKey] = kind;
     if (!tokenizer_hash.empty()) meta[kTokenizerKey] = tokenizer_hash;
@@ -108,8 +109,8 @@ void check_format(const SafetensorsFile& file, const char* kind) {
 
 // The model's config as stored must equal the config the model was built with.
 void check_same_config(const SafetensorsFile& file, const Transformer& model) {
-    const ModelConfig stored = ModelConfig::from_metadata(file.metadata);
-    const auto a = stored.to_metadata(), b = model.config.to_metadata();
+    const ModelConfig stored = model_config_from_metadata(file.metadata);
+    const auto a = to_metadata(stored), b = to_metadata(model.config);
     for (const auto& [key, value] : b)
         if (a.at(key) != value)
             throw std::runtime_error(file.path + ": model setting " + key + " is " + a.at(key) + " in the file but " +
@@ -127,7 +128,7 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 // line naming the file, the setting and the tensor, not after allocating gigabytes or by std::bad_alloc.
 // `weights` holds the model's tensors only (a checkpoint's optimizer state split off).
 void check_config_fits_tensors(const SafetensorsFile& weights, const ModelConfig& config) {
-    const std::map<std::string, std::string> value = config.to_metadata();  // "d_model" -> "32"
+    const std::map<std::string, std::string> value = to_metadata(config);  // "d_model" -> "32"
     auto setting = [&](const std::string& key) { return "model setting " + key + " " + value.at(key); };
     std::set<std::string> expected;
     for (const ParameterShape& p : config.parameter_shapes()) {
@@ -149,8 +150,7 @@ void check_config_fits_tensors(const SafetensorsFile& weights, const ModelConfig
     for (const auto& [name, entry] : weights.tensors) {
         if (expected.count(name)) continue;
         ModelConfig widest = config;
-        widest.enc_layers = widest.dec_layers =
-            static_cast<std::int64_t>(find_setting(ModelConfig::settings(), "enc_layers", /*by_key=*/true)->hi);
+        widest.enc_layers = widest.dec_layers = ModelConfig::kMaxLayers;
         widest.output_bias = true;
         widest.norm = NormPosition::Pre;
         widest.positional = PositionalKind::Learned;
@@ -411,7 +411,7 @@ ModelBundle load_model_dir(const std::string& path) {
     }
     ModelConfig config;
     try {
-        config = ModelConfig::from_metadata(file.metadata);
+        config = model_config_from_metadata(file.metadata);
         config.validate();
     } catch (const std::exception& e) {
         throw std::runtime_error(weights_path + ": " + e.what());

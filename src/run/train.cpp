@@ -36,6 +36,7 @@
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/io.h"
 #include "run/json_integer.h"
+#include "run/metrics_line.h"
 #include "tapeformer/run/train_settings.h"
 #include "tapeformer/run/train_step.h"
 #include "run/run_directory.h"
@@ -46,96 +47,9 @@ TF_NAMESPACE_BEGIN
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-
-// ---- configuration ----------------------------------------------------------------------------------------
-
-void TrainConfig::validate() const {
-    auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
-    if (out_dir.empty()) fail("train: --out DIR is required");
-    if (resume && force)
-        fail("train: --resume continues the run in '" + out_dir + "' and --force starts it over: give one of them");
-    // Every number within the bounds of its setting (train_settings.h): finite, since run.json must hold
-    // it and JSON has no infinity or NaN, and small enough not to overflow.
-    for (const Setting<TrainConfig>& s : train_settings())
-        if (const std::string problem = setting_problem(s, *this); !problem.empty())
-            fail("train: " + (s.name.empty() ? s.key : "--" + s.name) + " " + problem);
-    if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
-        fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
-    if (data.valid_src.empty() != data.valid_tgt.empty())
-        fail("train: give both --valid-src and --valid-tgt, or neither");
-    // A resumed run keeps the stopping rules in its run.json unless this call gives new ones.
-    if (!resume && max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
-        fail("train: say when to stop: --max-steps, --epochs or --time-budget");
-    if (data.batch_tokens < data.max_len + 1)
-        fail("train: --batch-tokens " + std::to_string(data.batch_tokens) + " cannot hold one sentence of --max-len " +
-             std::to_string(data.max_len) + " (+1 for BOS/EOS)");
-    if (data.tokenizer != TokenizerKind::word && data.vocab_size < 8)
-        fail("train: --vocab-size must be at least 8 for SentencePiece, got " + std::to_string(data.vocab_size));
-    if (model.tie == Tying::All && !data.joint_vocab)
-        fail("train: --tie all shares one embedding table between the languages, which needs --joint-vocab");
-    if (resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
-        resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
-        fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
-    if (overfit_batch && (epochs > 0 || (max_steps <= 0 && time_budget_minutes <= 0)))
-        fail("train: --overfit-batch repeats one batch, so epochs do not end: stop it with --max-steps or --time-budget");
-    optim.schedule.validate();
-    ModelConfig m = model;
-    m.src_vocab = m.tgt_vocab = std::max<std::int64_t>(m.src_vocab, 8);  // the real sizes come from the tokenizer
-    m.validate();
-}
+// ---- the run's data files ----------------------------------------------------------------------------------
 
 namespace {
-
-// The data files a run reads, by their run.json key, with their flags.
-struct DataSlot {
-    const char* key;   // "train_src": data.train_src in run.json, data_files.train_src
-    const char* flag;  // "--train-src"
-    std::string DataConfig::*path;
-};
-const DataSlot kDataSlots[] = {{"train_src", "--train-src", &DataConfig::train_src},
-                               {"train_tgt", "--train-tgt", &DataConfig::train_tgt},
-                               {"valid_src", "--valid-src", &DataConfig::valid_src},
-                               {"valid_tgt", "--valid-tgt", &DataConfig::valid_tgt}};
-
-// The settings (by run.json key) that a run may change mid-run: where it stops and what it logs, validates
-// and keeps (TrainConfig::ResumeChanges), none of which changes a number the training computes; and the
-// data files' paths, whose contents are compared instead (a file moved and named anew in run.json is the
-// same data). Every other setting decides the run and must stay what its checkpoints were trained with.
-bool may_change_mid_run(const std::string& key) {
-    static const std::set<std::string> keys = {
-        "stop.max_steps", "stop.epochs",    "stop.time_budget_minutes", "every.log",      "every.valid",
-        "every.checkpoint", "every.keep",   "every.keep_every",         "every.heads",    "data.train_src",
-        "data.train_tgt", "data.valid_src", "data.valid_tgt"};
-    return keys.count(key) > 0;
-}
-
-// DIR/run.json: the settings (train_settings.h to_json) and the run's identity.
-std::string run_json(const TrainConfig& c, const RunIdentity& identity) {
-    nlohmann::json j = nlohmann::json::parse(to_json(c));
-    if (!identity.run_id.empty()) j["run_id"] = identity.run_id;
-    for (const auto& [key, file] : identity.data)
-        j["data_files"][key] = {{"path", file.path}, {"bytes", file.bytes}, {"crc32c", file.crc32c}};
-    return j.dump(2) + "\n";
-}
-
-RunIdentity run_identity_from_json(const std::string& text) {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    RunIdentity identity;
-    if (j.contains("run_id")) {
-        identity.run_id = j.at("run_id").get<std::string>();
-        if (identity.run_id.empty()) throw std::runtime_error("\"run_id\" is empty");
-    }
-    if (j.contains("data_files")) {
-        for (const auto& [key, f] : j.at("data_files").items()) {
-            if (std::none_of(std::begin(kDataSlots), std::end(kDataSlots), [&](const DataSlot& d) { return key == d.key; }))
-                throw std::runtime_error("\"data_files\" has an entry '" + key + "', which is no data file of a run");
-            identity.data[key] = DataFile{f.at("path").get<std::string>(),
-                                          json_integer<std::int64_t>(f.at("bytes"), "data_files." + key + ".bytes"),
-                                          f.at("crc32c").get<std::string>()};
-        }
-    }
-    return identity;
-}
 
 // The size and CRC-32C of the file at `path` now.
 DataFile data_file(const std::string& path) {
@@ -146,32 +60,6 @@ DataFile data_file(const std::string& path) {
 }
 
 std::string data_file_text(const DataFile& f) { return std::to_string(f.bytes) + " bytes, " + f.crc32c; }
-
-}  // namespace
-
-TrainConfig load_run_config(const std::string& dir, RunIdentity* identity) {
-    const std::string path = (fs::path(dir) / "run.json").string();
-    if (!fs::exists(path))
-        throw std::runtime_error("cannot resume: '" + dir + "' holds no run.json (is it a tapeformer training directory?)");
-    try {
-        const std::string text = read_file(path);
-        TrainConfig c = train_config_from_json(text);
-        c.out_dir = dir;
-        c.validate();  // an edited run.json (--checkpoint-every 0 would divide by zero) is refused here
-        if (identity) {
-            try {
-                *identity = run_identity_from_json(text);
-            } catch (const std::exception& e) {
-                throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
-            }
-        }
-        return c;
-    } catch (const std::exception& e) {
-        throw std::runtime_error(path + ": " + e.what());
-    }
-}
-
-namespace {
 
 // ---- small helpers ---------------------------------------------------------------------------------------
 
@@ -288,7 +176,7 @@ private:
     void checkpoint();              // writes one unless the newest already holds this state
     bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
     double eta_seconds() const;
-    void write_metrics(const nlohmann::json& j);
+    void write_metrics(const MetricsLine& line);
 
     TrainConfig c_;
     std::ostream& log_;
@@ -695,8 +583,8 @@ void Trainer::start_writing() {
     for (StepWatcher* w : watchers_) w->start(c_);
 }
 
-void Trainer::write_metrics(const nlohmann::json& j) {
-    metrics_ << j.dump() << "\n";
+void Trainer::write_metrics(const MetricsLine& line) {
+    metrics_ << to_json(line).dump() << "\n";
     metrics_.flush();
     if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
 }
@@ -794,11 +682,14 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
          << fmt("%.3f", last_grad_norm_) << " | " << fmt("%.0f", tok_s) << " tgt tok/s | " << clock_text(state_.train_seconds)
          << " elapsed | ETA " << clock_text(eta_seconds()) << (interrupted ? " (interrupted)" : "") << "\n";
     if (interrupted) return;
-    nlohmann::json line = {{"type", "train"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"loss", loss}, {"nll", nll},
-                           {"ppl", std::exp(nll)}, {"lr", last_lr_}, {"grad_norm", last_grad_norm_}, {"tok_per_s", tok_s},
-                           {"elapsed", state_.train_seconds}};
+    MetricsLine line;
+    line.type = MetricsLine::Type::Train;
+    line.step = state_.step;
+    line.epoch = state_.epoch + 1;
+    line.loss = loss, line.nll = nll, line.ppl = std::exp(nll);
+    line.lr = last_lr_, line.grad_norm = last_grad_norm_, line.tok_per_s = tok_s, line.elapsed = state_.train_seconds;
     // [[layer, ‖g‖], ...] of this step, before clipping (tapeformer report draws them); only at log steps.
-    if (state_.step % c_.log_every == 0 && !layer_grad_norms_.empty()) line["layer_grad_norms"] = layer_grad_norms_;
+    if (state_.step % c_.log_every == 0) line.layer_grad_norms = layer_grad_norms_;
     layer_grad_norms_.clear();
     write_metrics(line);
     window = TrainState::LogWindow{};
@@ -830,9 +721,12 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
     const AveragedWeightsScope averaged(average_.get());  // --ema: the average is what is scored and kept
     const LossReport loss =
         teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing, after_each_batch);
-    nlohmann::json j = {{"type", "valid"}, {"step", state_.step}, {"epoch", state_.epoch + 1}, {"valid_loss", loss.loss},
-                        {"valid_nll", loss.nll}, {"valid_ppl", loss.ppl}, {"elapsed", state_.train_seconds},
-                        {"weights", average_ ? "ema" : "last"}};
+    MetricsLine line;
+    line.type = MetricsLine::Type::Valid;
+    line.step = state_.step;
+    line.epoch = state_.epoch + 1;
+    line.valid_loss = loss.loss, line.valid_nll = loss.nll, line.valid_ppl = loss.ppl, line.elapsed = state_.train_seconds;
+    line.weights = average_ ? "ema" : "last";
     double score = -loss.loss;
     std::string bleu_text;
     if (c_.valid_bleu) {
@@ -841,7 +735,7 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
         std::vector<std::string> refs;
         for (const auto& r : valid_ref_lines_) refs.emplace_back(trim(r));
         const BleuScore bleu = corpus_bleu(hyps, refs);
-        j["valid_bleu"] = bleu.score;
+        line.valid_bleu = bleu.score;
         score = bleu.score;
         bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score);
         result_.best_valid_bleu = std::max(result_.best_valid_bleu, bleu.score);
@@ -855,8 +749,8 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
         save_model_weights((fs::path(dir_) / "model.safetensors").string(), *model_, tokenizer_hash(tokenizers_),
                            RunStamp{identity_.run_id, state_.step, ""});
     }
-    j["best"] = improved;
-    write_metrics(j);
+    line.best = improved;
+    write_metrics(line);
     log_ << "valid @ step " << state_.step << (average_ ? " (weight average)" : "") << " | loss " << fmt("%.4f", loss.loss) << " | nll " << fmt("%.4f", loss.nll)
          << " | ppl " << fmt("%.2f", loss.ppl) << bleu_text << (improved ? " | new best, saved model.safetensors" : "")
          << " (" << fmt("%.1f", std::chrono::duration<double>(Clock::now() - t0).count()) << " s)\n";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -20,6 +21,8 @@
 #include "run/json_integer.h"
 
 TF_NAMESPACE_BEGIN
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -54,12 +57,13 @@ std::vector<Setting<TrainConfig>> build_table() {
                                    1, 1e8, [](auto& c) -> auto& { return c.data.batch_tokens; }));
 
     // The model's own settings, stored in run.json under "model" as in the weights file's metadata.
-    for (const Setting<ModelConfig>& s : ModelConfig::settings()) {
+    for (const Setting<ModelConfig>& s : model_settings()) {
         Setting<T> lifted = lift_setting<T>(s, [](auto& c) -> auto& { return c.model; });
         lifted.key = "model." + s.key;
         t.push_back(lifted);
         if (s.name == "ffn") {  // the alias, listed beside the two settings it sets
-            Setting<T> layers = integer_setting<T>("layers", "", model, "Encoder and decoder layers (sets both)", 1, 64,
+            Setting<T> layers = integer_setting<T>("layers", "", model, "Encoder and decoder layers (sets both)", 1,
+                                                   ModelConfig::kMaxLayers,
                                                    [](auto& c) -> auto& { return c.model.enc_layers; });
             layers.set = [check = layers.set](T& c, const std::string& text) {
                 check(c, text);
@@ -568,6 +572,105 @@ TrainConfig train_config_from_json(const std::string& text) {
         throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
     }
     return c;
+}
+
+// ---- checks and run.json ----------------------------------------------------------------------------------------
+
+void TrainConfig::validate() const {
+    auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+    if (out_dir.empty()) fail("train: --out DIR is required");
+    if (resume && force)
+        fail("train: --resume continues the run in '" + out_dir + "' and --force starts it over: give one of them");
+    // Every number within the bounds of its setting (train_settings.h): finite, since run.json must hold
+    // it and JSON has no infinity or NaN, and small enough not to overflow.
+    for (const Setting<TrainConfig>& s : train_settings())
+        if (const std::string problem = setting_problem(s, *this); !problem.empty())
+            fail("train: " + (s.name.empty() ? s.key : "--" + s.name) + " " + problem);
+    if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
+        fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
+    if (data.valid_src.empty() != data.valid_tgt.empty())
+        fail("train: give both --valid-src and --valid-tgt, or neither");
+    // A resumed run keeps the stopping rules in its run.json unless this call gives new ones.
+    if (!resume && max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
+        fail("train: say when to stop: --max-steps, --epochs or --time-budget");
+    if (data.batch_tokens < data.max_len + 1)
+        fail("train: --batch-tokens " + std::to_string(data.batch_tokens) + " cannot hold one sentence of --max-len " +
+             std::to_string(data.max_len) + " (+1 for BOS/EOS)");
+    if (data.tokenizer != TokenizerKind::word && data.vocab_size < 8)
+        fail("train: --vocab-size must be at least 8 for SentencePiece, got " + std::to_string(data.vocab_size));
+    if (model.tie == Tying::All && !data.joint_vocab)
+        fail("train: --tie all shares one embedding table between the languages, which needs --joint-vocab");
+    if (resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
+        resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
+        fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
+    if (overfit_batch && (epochs > 0 || (max_steps <= 0 && time_budget_minutes <= 0)))
+        fail("train: --overfit-batch repeats one batch, so epochs do not end: stop it with --max-steps or --time-budget");
+    optim.schedule.validate();
+    ModelConfig m = model;
+    m.src_vocab = m.tgt_vocab = std::max<std::int64_t>(m.src_vocab, 8);  // the real sizes come from the tokenizer
+    m.validate();
+}
+
+// The settings (by run.json key) that a run may change mid-run: where it stops and what it logs, validates
+// and keeps (TrainConfig::ResumeChanges), none of which changes a number the training computes; and the
+// data files' paths, whose contents are compared instead (a file moved and named anew in run.json is the
+// same data). Every other setting decides the run and must stay what its checkpoints were trained with.
+bool may_change_mid_run(const std::string& key) {
+    static const std::set<std::string> keys = {
+        "stop.max_steps", "stop.epochs",    "stop.time_budget_minutes", "every.log",      "every.valid",
+        "every.checkpoint", "every.keep",   "every.keep_every",         "every.heads",    "data.train_src",
+        "data.train_tgt", "data.valid_src", "data.valid_tgt"};
+    return keys.count(key) > 0;
+}
+
+// DIR/run.json: the settings (train_settings.h to_json) and the run's identity.
+std::string run_json(const TrainConfig& c, const RunIdentity& identity) {
+    nlohmann::json j = nlohmann::json::parse(to_json(c));
+    if (!identity.run_id.empty()) j["run_id"] = identity.run_id;
+    for (const auto& [key, file] : identity.data)
+        j["data_files"][key] = {{"path", file.path}, {"bytes", file.bytes}, {"crc32c", file.crc32c}};
+    return j.dump(2) + "\n";
+}
+
+RunIdentity run_identity_from_json(const std::string& text) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    RunIdentity identity;
+    if (j.contains("run_id")) {
+        identity.run_id = j.at("run_id").get<std::string>();
+        if (identity.run_id.empty()) throw std::runtime_error("\"run_id\" is empty");
+    }
+    if (j.contains("data_files")) {
+        for (const auto& [key, f] : j.at("data_files").items()) {
+            if (std::none_of(std::begin(kDataSlots), std::end(kDataSlots), [&](const DataSlot& d) { return key == d.key; }))
+                throw std::runtime_error("\"data_files\" has an entry '" + key + "', which is no data file of a run");
+            identity.data[key] = DataFile{f.at("path").get<std::string>(),
+                                          json_integer<std::int64_t>(f.at("bytes"), "data_files." + key + ".bytes"),
+                                          f.at("crc32c").get<std::string>()};
+        }
+    }
+    return identity;
+}
+
+TrainConfig load_run_config(const std::string& dir, RunIdentity* identity) {
+    const std::string path = (fs::path(dir) / "run.json").string();
+    if (!fs::exists(path))
+        throw std::runtime_error("cannot resume: '" + dir + "' holds no run.json (is it a tapeformer training directory?)");
+    try {
+        const std::string text = read_file(path);
+        TrainConfig c = train_config_from_json(text);
+        c.out_dir = dir;
+        c.validate();  // an edited run.json (--checkpoint-every 0 would divide by zero) is refused here
+        if (identity) {
+            try {
+                *identity = run_identity_from_json(text);
+            } catch (const std::exception& e) {
+                throw std::runtime_error(std::string("run.json cannot be used: ") + e.what());
+            }
+        }
+        return c;
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": " + e.what());
+    }
 }
 
 TF_NAMESPACE_END

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -22,10 +23,12 @@
 #include "tapeformer/data/batch.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/io.h"
+#include "tapeformer/model_settings.h"
 #include "tapeformer/run/train_settings.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/teach/svg.h"
 #include "tapeformer/run/train.h"
+#include "run/metrics_line.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -101,35 +104,6 @@ JsonLines read_jsonl(const std::string& path, const std::function<std::string(co
     return out;
 }
 
-// What is wrong with a metrics.jsonl line ("" = nothing): "type" is "train" or "valid", "step" a
-// non-negative integer, each number the sections draw a finite number, layer_grad_norms a list of
-// [layer name, norm] pairs. JSON has no NaN: a NaN or infinite loss was written as null. Other keys (such as
-// "weights": "ema") are not drawn and not checked.
-std::string metrics_line_problem(const json& j) {
-    const auto type = j.find("type");
-    if (type == j.end() || !type->is_string()) return "no \"type\" text";
-    if (*type != "train" && *type != "valid") return "unknown type " + type->dump() + " (expected \"train\" or \"valid\")";
-    const auto step = j.find("step");
-    if (step == j.end()) return "no \"step\"";
-    if (!step->is_number_unsigned() && !(step->is_number_integer() && step->get<std::int64_t>() >= 0))
-        return "\"step\" is " + step->dump() + ", expected a non-negative integer";
-    for (const char* key : {"epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tok_per_s", "elapsed", "valid_loss",
-                            "valid_nll", "valid_ppl", "valid_bleu"}) {
-        const auto it = j.find(key);
-        if (it == j.end() || it->is_number()) continue;
-        if (it->is_null()) return "\"" + std::string(key) + "\" is null (NaN or infinite when it was written)";
-        return "\"" + std::string(key) + "\" is " + std::string(it->type_name()) + " " + it->dump() + ", expected a number";
-    }
-    const auto norms = j.find("layer_grad_norms");
-    if (norms != j.end()) {
-        bool pairs = norms->is_array();
-        for (const json& p : *norms)
-            pairs = pairs && p.is_array() && p.size() == 2 && p[0].is_string() && p[1].is_number();
-        if (!pairs) return "\"layer_grad_norms\" is not a list of [layer name, norm] pairs";
-    }
-    return "";
-}
-
 std::string missing(const std::string& why) { return "<p class=\"missing\">" + xml_escape(why) + "</p>\n"; }
 std::string para(const std::string& text) { return "<p>" + text + "</p>\n"; }
 
@@ -141,9 +115,9 @@ double get(const json& j, const char* key) {
 // Everything the sections read, loaded once; each part may be absent, with the reason.
 struct RunData {
     std::string dir;
-    json run;                      // run.json (null when absent)
+    std::optional<TrainConfig> run;  // run.json, read through the settings table (none when absent or unreadable)
     std::string run_error;
-    std::vector<json> train, valid;  // metrics.jsonl lines by type
+    std::vector<MetricsLine> train, valid;  // metrics.jsonl lines by type
     bool has_metrics = false;
     std::vector<std::string> problems;  // lines of metrics.jsonl and heads.jsonl left out, and why
     std::vector<json> heads;       // heads.jsonl
@@ -168,13 +142,11 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
                                  "(is it a directory written by tapeformer train?)");
     if (fs::exists(p / "run.json")) {
         try {
-            const std::string text = read_file((p / "run.json").string());
-            train_config_from_json(text);  // every field the sections read is there, of its type
-            d.run = json::parse(text);
-            d.label_smoothing = d.run.at("optim").at("label_smoothing").get<double>();
+            d.run = train_config_from_json(read_file((p / "run.json").string()));
+            d.label_smoothing = d.run->optim.label_smoothing;
             d.label_smoothing_known = true;
         } catch (const std::exception& e) {
-            d.run = json();
+            d.run.reset();
             d.run_error = (p / "run.json").string() + " cannot be read: " + e.what();
         }
     } else {
@@ -182,7 +154,10 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
     }
     d.has_metrics = fs::is_regular_file(p / "metrics.jsonl", ec);  // a directory is named in `problems`
     JsonLines metrics = read_jsonl((p / "metrics.jsonl").string(), metrics_line_problem);
-    for (json& j : metrics.lines) (j["type"] == "train" ? d.train : d.valid).push_back(std::move(j));
+    for (const json& j : metrics.lines) {
+        MetricsLine line = metrics_line_from_json(j);
+        (line.type == MetricsLine::Type::Train ? d.train : d.valid).push_back(std::move(line));
+    }
     JsonLines heads = read_jsonl((p / "heads.jsonl").string(), [](const json&) { return std::string(); });
     d.heads = std::move(heads.lines);
     d.problems = std::move(metrics.problems);
@@ -206,9 +181,9 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
 
     // Sentences: the options', else the run's validation files (paths as training was given them).
     std::string src = opt.src, tgt = opt.tgt;
-    if (src.empty() && d.run.is_object()) {
-        src = d.run["data"].value("valid_src", "");
-        tgt = d.run["data"].value("valid_tgt", "");
+    if (src.empty() && d.run) {
+        src = d.run->data.valid_src;
+        tgt = d.run->data.valid_tgt;
     }
     if (!opt.src.empty()) d.src = read_lines(opt.src);  // given by the user: an unreadable file is an error
     if (!opt.tgt.empty()) d.tgt = read_lines(opt.tgt);
@@ -246,9 +221,15 @@ LineSeries series(const std::string& name, std::vector<double> x, std::vector<do
     return s;
 }
 
-std::vector<double> column(const std::vector<json>& lines, const char* key) {
+std::vector<double> column(const std::vector<MetricsLine>& lines, double MetricsLine::*field) {
     std::vector<double> v;
-    for (const json& j : lines) v.push_back(get(j, key));
+    for (const MetricsLine& line : lines) v.push_back(line.*field);
+    return v;
+}
+
+std::vector<double> steps(const std::vector<MetricsLine>& lines) {
+    std::vector<double> v;
+    for (const MetricsLine& line : lines) v.push_back(double(line.step));
     return v;
 }
 
@@ -260,34 +241,32 @@ std::string overview(const RunData& d) {
     o << "<table>\n";
     auto row = [&](const std::string& k, const std::string& v) { o << "<tr><th>" << xml_escape(k) << "</th><td>" << xml_escape(v) << "</td></tr>\n"; };
     row("directory", d.dir);
-    if (d.run.is_object()) {
-        const json& m = d.run["model"];
+    if (d.run) {
+        const TrainConfig& c = *d.run;
+        // Each model setting as run.json holds it ("post", "256"), through the settings table.
         std::string model;
-        for (const char* k : {"d_model", "heads", "ffn", "enc_layers", "dec_layers", "norm", "tie", "positional", "attention", "dropout"})
-            if (m.contains(k)) {
-                // run.json of older versions holds the model's values as text ("0.10000000000000001")
-                std::string v = m[k].is_string() ? m[k].get<std::string>() : m[k].dump();
-                if (std::string(k) == "dropout") v = num(std::stod(v));
-                model += std::string(model.empty() ? "" : ", ") + k + " " + v;
-            }
+        for (const char* k : {"d_model", "heads", "ffn", "enc_layers", "dec_layers", "norm", "tie", "positional", "attention"})
+            model += std::string(model.empty() ? "" : ", ") + k + " " + find_setting(model_settings(), k, /*by_key=*/true)->get(c.model);
+        model += ", dropout " + num(c.model.dropout);
         row("model", model);
-        const json& o2 = d.run["optim"];
-        row("optimisation", o2.value("optimizer", "") + ", schedule " + o2.value("schedule", "") + " (lr " +
-                                 num(o2.value("lr", 0.0)) + ", warmup " + std::to_string(o2.value("warmup", 0)) +
-                                 "), label smoothing " + num(o2.value("label_smoothing", 0.0)) + ", clip " + num(o2.value("clip", 0.0)));
-        row("data", d.run["data"].value("train_src", "") + " / " + d.run["data"].value("train_tgt", "") + ", batch tokens " +
-                        std::to_string(d.run["data"].value("batch_tokens", 0)));
-        if (d.run.value("overfit_batch", false)) row("mode", "--overfit-batch: one batch, every step");
+        const Setting<TrainConfig>* optimizer = find_setting(train_settings(), "optim.optimizer", /*by_key=*/true);
+        const Setting<TrainConfig>* schedule = find_setting(train_settings(), "optim.schedule", /*by_key=*/true);
+        row("optimisation", optimizer->get(c) + ", schedule " + schedule->get(c) + " (lr " + num(c.optim.schedule.lr) +
+                                ", warmup " + std::to_string(c.optim.schedule.warmup) + "), label smoothing " +
+                                num(c.optim.label_smoothing) + ", clip " + num(c.optim.clip));
+        row("data", c.data.train_src + " / " + c.data.train_tgt + ", batch tokens " + std::to_string(c.data.batch_tokens));
+        if (c.overfit_batch) row("mode", "--overfit-batch: one batch, every step");
     }
     if (!d.train.empty()) {
-        const json& last = d.train.back();
-        row("trained", std::to_string(last.value("step", 0)) + " steps, " + num(last.value("elapsed", 0.0), "%.1f") +
-                           " s, last logged loss " + num(last.value("loss", 0.0)));
+        const MetricsLine& last = d.train.back();
+        auto or_zero = [](double v) { return std::isnan(v) ? 0.0 : v; };  // absent from a line of an older version
+        row("trained", std::to_string(last.step) + " steps, " + num(or_zero(last.elapsed), "%.1f") +
+                           " s, last logged loss " + num(or_zero(last.loss)));
     }
     double best = -1;
     std::int64_t best_step = -1;
-    for (const json& v : d.valid)
-        if (v.contains("valid_bleu") && v["valid_bleu"].get<double>() > best) best = v["valid_bleu"], best_step = v["step"];
+    for (const MetricsLine& v : d.valid)
+        if (v.valid_bleu && *v.valid_bleu > best) best = *v.valid_bleu, best_step = v.step;
     if (best_step >= 0) row("best validation BLEU", num(best, "%.2f") + " at step " + std::to_string(best_step));
     if (d.model.model) row("parameters", std::to_string(d.model.model->parameter_count()));
     o << "</table>\n";
@@ -313,13 +292,13 @@ std::string loss_section(const RunData& d) {
     c.title = "loss per target token";
     c.x_label = "step";
     c.y_label = "loss";
-    const auto steps = column(d.train, "step");
-    c.series.push_back(series("train (label-smoothed)", steps, column(d.train, "loss")));
-    c.series.push_back(series("train nll", steps, column(d.train, "nll"), true));
+    const auto train_steps = steps(d.train);
+    c.series.push_back(series("train (label-smoothed)", train_steps, column(d.train, &MetricsLine::loss)));
+    c.series.push_back(series("train nll", train_steps, column(d.train, &MetricsLine::nll), true));
     std::string note;
     if (!d.valid.empty()) {
-        c.series.push_back(series("valid (label-smoothed)", column(d.valid, "step"), column(d.valid, "valid_loss"), false, true));
-        c.series.push_back(series("valid nll", column(d.valid, "step"), column(d.valid, "valid_nll"), true, true));
+        c.series.push_back(series("valid (label-smoothed)", steps(d.valid), column(d.valid, &MetricsLine::valid_loss), false, true));
+        c.series.push_back(series("valid nll", steps(d.valid), column(d.valid, &MetricsLine::valid_nll), true, true));
     } else {
         note = missing("no validation lines: train with --valid-src/--valid-tgt to see the validation loss");
     }
@@ -337,8 +316,8 @@ std::string perplexity_section(const RunData& d) {
     c.x_label = "step";
     c.y_label = "perplexity";
     c.log_y = true;
-    c.series.push_back(series("train", column(d.train, "step"), column(d.train, "ppl")));
-    if (!d.valid.empty()) c.series.push_back(series("valid", column(d.valid, "step"), column(d.valid, "valid_ppl"), false, true));
+    c.series.push_back(series("train", steps(d.train), column(d.train, &MetricsLine::ppl)));
+    if (!d.valid.empty()) c.series.push_back(series("valid", steps(d.valid), column(d.valid, &MetricsLine::valid_ppl), false, true));
     return para("Perplexity is the number of equally likely tokens the model is as unsure as; 1 is certainty.") +
            line_chart_svg(c) + (d.valid.empty() ? missing("no validation lines (train with --valid-src/--valid-tgt)") : "");
 }
@@ -350,14 +329,14 @@ std::string lr_section(const RunData& d) {
     c.title = "learning rate at each log step";
     c.x_label = "step";
     c.y_label = "learning rate";
-    c.series.push_back(series("lr", column(d.train, "step"), column(d.train, "lr"), false, true));
+    c.series.push_back(series("lr", steps(d.train), column(d.train, &MetricsLine::lr), false, true));
     return line_chart_svg(c);
 }
 
 std::string bleu_section(const RunData& d) {
     std::vector<double> steps, bleu;
-    for (const json& v : d.valid)
-        if (v.contains("valid_bleu")) steps.push_back(get(v, "step")), bleu.push_back(get(v, "valid_bleu"));
+    for (const MetricsLine& v : d.valid)
+        if (v.valid_bleu) steps.push_back(double(v.step)), bleu.push_back(*v.valid_bleu);
     if (steps.empty())
         return missing(d.valid.empty() ? "no validations in metrics.jsonl: train with --valid-src/--valid-tgt"
                                        : "validation ran without BLEU (--no-valid-bleu)");
@@ -371,17 +350,10 @@ std::string bleu_section(const RunData& d) {
 }
 
 std::string schedule_section(const RunData& d) {
-    if (!d.run.is_object()) return missing(d.run_error + ": the schedule's settings are in run.json");
-    Schedule s;
-    std::int64_t total = 0;
-    try {
-        const TrainConfig c = train_config_from_json(d.run.dump());
-        s = c.optim.schedule;
-        total = c.max_steps;
-    } catch (const std::exception& e) {
-        return missing(e.what());
-    }
-    if (!d.train.empty()) total = std::max<std::int64_t>(total, d.train.back().value("step", std::int64_t(0)));
+    if (!d.run) return missing(d.run_error + ": the schedule's settings are in run.json");
+    const Schedule s = d.run->optim.schedule;
+    std::int64_t total = d.run->max_steps;
+    if (!d.train.empty()) total = std::max<std::int64_t>(total, d.train.back().step);
     total = std::max<std::int64_t>({total, s.total_steps, 2 * s.warmup, 10});
     LineChart c;
     c.id = "chart-schedule";
@@ -396,7 +368,7 @@ std::string schedule_section(const RunData& d) {
         planned.y.push_back(s.lr_at(step));
     }
     c.series.push_back(planned);
-    if (!d.train.empty()) c.series.push_back(series("logged", column(d.train, "step"), column(d.train, "lr"), false, true));
+    if (!d.train.empty()) c.series.push_back(series("logged", steps(d.train), column(d.train, &MetricsLine::lr), false, true));
     if (s.warmup > 0) c.x_marks.push_back({double(s.warmup), "warmup ends"});
     return para("The learning rate as a function of the update step (schedule.h), over the run's steps; the dots are "
                 "the rates training logged, which lie on the curve.") +
@@ -406,15 +378,12 @@ std::string schedule_section(const RunData& d) {
 std::string grad_norm_section(const RunData& d) {
     std::vector<std::string> layers;                 // in first-seen order
     std::map<std::string, LineSeries> by_layer;
-    for (const json& j : d.train) {
-        if (!j.contains("layer_grad_norms")) continue;
-        for (const json& e : j["layer_grad_norms"]) {
-            const std::string name = e.at(0).get<std::string>();
+    for (const MetricsLine& line : d.train)
+        for (const auto& [name, norm] : line.layer_grad_norms) {
             if (!by_layer.count(name)) layers.push_back(name), by_layer[name].name = name;
-            by_layer[name].x.push_back(get(j, "step"));
-            by_layer[name].y.push_back(e.at(1).get<double>());
+            by_layer[name].x.push_back(double(line.step));
+            by_layer[name].y.push_back(norm);
         }
-    }
     if (layers.empty())
         return missing(d.train.empty() ? metrics_missing(d)
                                        : "metrics.jsonl has no per-layer gradient norms (runs of older tapeformer versions "
@@ -437,9 +406,9 @@ std::string grad_norm_section(const RunData& d) {
     total.x_label = "step";
     total.y_label = "gradient norm";
     total.log_y = true;
-    total.series.push_back(series("‖g‖", column(d.train, "step"), column(d.train, "grad_norm")));
-    if (d.run.is_object() && d.run["optim"].value("clip", 0.0) > 0) {
-        const double clip = d.run["optim"]["clip"].get<double>();
+    total.series.push_back(series("‖g‖", steps(d.train), column(d.train, &MetricsLine::grad_norm)));
+    if (d.run && d.run->optim.clip > 0) {
+        const double clip = d.run->optim.clip;
         total.series.push_back(series("--clip " + num(clip), {total.series[0].x.front(), total.series[0].x.back()}, {clip, clip}, true, false, "#888"));
     }
     return para("The gradient of the loss reaching each layer's parameters at the log steps. With post-norm (the paper's "
@@ -782,7 +751,7 @@ std::string training_report_html(const std::string& dir, const ReportOptions& op
     o << "</nav>\n";
     for (const ReportSection& s : report_sections()) {
         const std::string& html = body.at(s.id);
-        const bool has_data = html.find("<svg") != std::string::npos || (std::string(s.id) == "overview" && d.run.is_object());
+        const bool has_data = html.find("<svg") != std::string::npos || (std::string(s.id) == "overview" && d.run.has_value());
         o << "<section id=\"" << s.id << "\" data-state=\"" << (has_data ? "drawn" : "missing") << "\">\n<h2>" << s.title
           << "</h2>\n" << html << "</section>\n";
     }

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "tapeformer/model_settings.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/error.h"
@@ -85,7 +86,7 @@ void fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
     // What load_model_dir and load_training_checkpoint do with the metadata.
     tf::ModelConfig config;
     try {
-        config = tf::ModelConfig::from_metadata(file.metadata);
+        config = tf::model_config_from_metadata(file.metadata);
         config.validate();
     } catch (const std::exception& e) {
         throw std::runtime_error(std::string("fuzz.safetensors: ") + e.what());

@@ -19,7 +19,6 @@
 #include "tapeformer/nn/embedding.h"
 #include "tapeformer/nn/feed_forward.h"
 #include "tapeformer/nn/layer_norm.h"
-#include "tapeformer/settings.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -55,7 +54,15 @@ struct ModelConfig {
     std::int64_t max_len = 256;       // longest sequence the positional table covers
     std::int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
-    static constexpr std::int64_t kMaxVocab = 1000000;           // bounds an edited file cannot exceed
+    // The range of each number, so that an edited file cannot ask for terabytes: sizes from 1, ids from 0,
+    // dropouts in [0, 1). validate() checks them; the flags and the weights file's metadata
+    // (model_settings.h) show and parse them.
+    static constexpr std::int64_t kMaxVocab = 1000000;     // src_vocab, tgt_vocab; ids below it
+    static constexpr std::int64_t kMaxDModel = 16384;
+    static constexpr std::int64_t kMaxHeads = 1024;
+    static constexpr std::int64_t kMaxFfn = 262144;
+    static constexpr std::int64_t kMaxLayers = 64;         // enc_layers, dec_layers
+    static constexpr std::int64_t kMaxPositions = 65536;   // max_len
     static constexpr std::int64_t kMaxParameters = 1000000000;   // 4 GB of float32 weights
 
     // Throws std::invalid_argument naming the offending setting(s), before anything is allocated.
@@ -70,13 +77,6 @@ struct ModelConfig {
     // setting each extent follows from and which setting gives the model the parameter are found by
     // building it again with that setting changed.
     std::vector<ParameterShape> parameter_shapes() const;
-    // Every setting above with its name, bounds and help: the one table that flags, run.json and the
-    // weights file's metadata are read and written through (settings.h).
-    static const std::vector<Setting<ModelConfig>>& settings();
-    // As strings, for the safetensors header's __metadata__, and back (unknown keys are ignored,
-    // missing ones keep their defaults, malformed or out-of-range values throw).
-    std::map<std::string, std::string> to_metadata() const;
-    static ModelConfig from_metadata(const std::map<std::string, std::string>& metadata);
 };
 
 const char* to_string(NormPosition n);

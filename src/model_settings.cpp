@@ -1,0 +1,73 @@
+// The model's settings table and the weights file's metadata (model_settings.h).
+#include "tapeformer/model_settings.h"
+
+TF_NAMESPACE_BEGIN
+
+// The model's settings, once: the train command's flags and config.toml names (name), the keys of the
+// weights file's metadata and run.json (key), and the range each may take. Sizes are bounded so that an
+// edited file cannot ask for terabytes (ModelConfig's bounds); validate() checks how they fit together.
+const std::vector<Setting<ModelConfig>>& model_settings() {
+    using C = ModelConfig;
+    const std::string g = "Model";
+    static const std::vector<Setting<C>> table = {
+        integer_setting<C>("", "src_vocab", g, "Source vocabulary size V (from the tokenizer)", 1, C::kMaxVocab,
+                           [](auto& c) -> auto& { return c.src_vocab; }),
+        integer_setting<C>("", "tgt_vocab", g, "Target vocabulary size V (from the tokenizer)", 1, C::kMaxVocab,
+                           [](auto& c) -> auto& { return c.tgt_vocab; }),
+        integer_setting<C>("d-model", "d_model", g, "Model width C", 1, C::kMaxDModel, [](auto& c) -> auto& { return c.d_model; }),
+        integer_setting<C>("heads", "heads", g, "Attention heads H (d-model must be divisible by it)", 1, C::kMaxHeads,
+                           [](auto& c) -> auto& { return c.heads; }),
+        integer_setting<C>("ffn", "ffn", g, "Feed-forward inner width F", 1, C::kMaxFfn, [](auto& c) -> auto& { return c.ffn; }),
+        integer_setting<C>("enc-layers", "enc_layers", g, "Encoder layers", 1, C::kMaxLayers, [](auto& c) -> auto& { return c.enc_layers; }),
+        integer_setting<C>("dec-layers", "dec_layers", g, "Decoder layers", 1, C::kMaxLayers, [](auto& c) -> auto& { return c.dec_layers; }),
+        real_setting<C>("dropout", "dropout", g, "Dropout on embeddings and sublayer outputs", 0, 1,
+                        [](auto& c) -> auto& { return c.dropout; }, false, true),
+        real_setting<C>("attention-dropout", "attention_dropout", g, "Dropout on attention weights (default: --dropout)", 0, 1,
+                        [](auto& c) -> auto& { return c.attention_dropout; }, false, true),
+        real_setting<C>("activation-dropout", "activation_dropout", g, "Dropout inside the FFN (default: --dropout)", 0, 1,
+                        [](auto& c) -> auto& { return c.activation_dropout; }, false, true),
+        choice_setting<C>("norm", "norm", g, "LayerNorm position (post: the paper's; pre: more stable when deep)", {"post", "pre"},
+                          [](auto& c) -> auto& { return c.norm; }, parse_norm_position,
+                          [](NormPosition n) { return to_string(n); }),
+        choice_setting<C>("activation", "activation", g, "FFN activation", {"relu", "gelu"},
+                          [](auto& c) -> auto& { return c.activation; }, parse_activation,
+                          [](Activation a) { return to_string(a); }),
+        choice_setting<C>("tie", "tie", g, "Embedding tying: decoder = the target embedding is the output layer; all = one table for both\n"
+                          "languages and the output (needs --joint-vocab)",
+                          {"none", "decoder", "all"}, [](auto& c) -> auto& { return c.tie; }, parse_tying,
+                          [](Tying t) { return to_string(t); }),
+        choice_setting<C>("positional", "positional", g, "Positional encoding", {"sinusoidal", "learned"},
+                          [](auto& c) -> auto& { return c.positional; }, parse_positional,
+                          [](PositionalKind p) { return to_string(p); }),
+        added_later(choice_setting<C>("attention", "attention", g,
+                                      "Attention scoring: dot = the paper's q·k/√D; additive = Bahdanau's v·tanh(W_q q + W_k k)",
+                                      {"dot", "additive"}, [](auto& c) -> auto& { return c.attention; },
+                                      parse_attention_score, [](AttentionScore s) { return to_string(s); })),
+        added_later(bool_setting<C>("output-bias", "output_bias", g,
+                                    "A bias on the output projection (PyTorch's nn.Linear; the paper and fairseq have none)",
+                                    "", [](auto& c) -> auto& { return c.output_bias; })),
+        integer_setting<C>("max-positions", "max_len", g, "Longest sequence the positional table covers", 1, C::kMaxPositions,
+                           [](auto& c) -> auto& { return c.max_len; }),
+        integer_setting<C>("", "pad_id", g, "Id of the padding token", 0, C::kMaxVocab - 1, [](auto& c) -> auto& { return c.pad_id; }),
+        integer_setting<C>("", "bos_id", g, "Id of the begin-of-sentence token", 0, C::kMaxVocab - 1,
+                           [](auto& c) -> auto& { return c.bos_id; }),
+        integer_setting<C>("", "eos_id", g, "Id of the end-of-sentence token", 0, C::kMaxVocab - 1,
+                           [](auto& c) -> auto& { return c.eos_id; }),
+    };
+    return table;
+}
+
+std::map<std::string, std::string> to_metadata(const ModelConfig& c) {
+    std::map<std::string, std::string> m;
+    for (const Setting<ModelConfig>& s : model_settings()) m[s.key] = s.get(c);
+    return m;
+}
+
+ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& m) {
+    ModelConfig c;
+    for (const Setting<ModelConfig>& s : model_settings())
+        if (auto it = m.find(s.key); it != m.end()) apply_setting(s, c, it->second, "model metadata: " + s.key);
+    return c;
+}
+
+TF_NAMESPACE_END
