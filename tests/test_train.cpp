@@ -2128,7 +2128,7 @@ TEST_CASE("train: --resume refuses a run.json edited after the start (seed, sett
     CHECK(read_state(out).at("step") == 4);
 }
 
-TEST_CASE("train: --resume refuses changed, shuffled or moved data files, naming the file; a moved file named in run.json "
+TEST_CASE("train: --resume refuses changed, shuffled or moved data files, naming the file, and a moved file named in run.json "
           "continues the run", "[train]") {
     TempDir tmp;
     Corpus corpus(60);
