@@ -243,7 +243,7 @@ TEST_CASE("train --resume with a --max-steps past a cosine run's end is refused 
     CHECK_THAT(longer.err, Catch::Contains("steps 3 to 6 would train at learning rate 0"));
 }
 
-TEST_CASE("--threads above what OpenBLAS runs is refused with the limit, not silently lowered", "[cli]") {
+TEST_CASE("a --threads above what OpenBLAS runs is refused with the limit, not silently lowered", "[cli]") {
     CliFixture f;
     const std::string command = shell_quote(TF_CLI) + " --threads 1000 translate --model " + shell_quote(f.model) +
                                 " </dev/null >/dev/null 2>" + shell_quote(f.tmp / "threads.err");

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "tapeformer/study/ablation.h"
+#include "tapeformer/study/head_formats.h"
 #include "tapeformer/autograd.h"
 #include "tapeformer/data/batch.h"
 #include "tapeformer/run/evaluate.h"

@@ -212,8 +212,6 @@ void finish(const DataSums& s, std::int64_t H, LayerSimilarity& out) {
     }
 }
 
-int layers_of(const ModelConfig& c, HeadKind kind) { return int(kind == HeadKind::E ? c.enc_layers : c.dec_layers); }
-
 }  // namespace
 
 SimilarityReport head_similarity(const std::vector<Transformer*>& models, const std::vector<std::string>& names,

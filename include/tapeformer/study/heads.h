@@ -23,35 +23,9 @@
 #include "tapeformer/decode.h"
 #include "tapeformer/metrics/bleu.h"
 #include "tapeformer/nn/transformer.h"
+#include "tapeformer/study/head_ids.h"
 
 TF_NAMESPACE_BEGIN
-
-enum class HeadKind { E, D, A };
-
-struct HeadId {
-    HeadKind kind = HeadKind::E;
-    int layer = 0, head = 0;
-    std::string str() const;  // "E:0:1"
-    bool operator==(const HeadId& o) const { return kind == o.kind && layer == o.layer && head == o.head; }
-};
-
-char to_char(HeadKind kind);             // 'E', 'D', 'A'
-const char* describe(HeadKind kind);     // "encoder self-attention", ...
-
-// "E:0:1,A:2:3" -> heads. Throws std::invalid_argument naming the item and what is wrong (a malformed
-// spec, or a kind, layer or head that `config`'s model lacks).
-std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& config);
-
-// "E,A" -> kinds. Throws std::invalid_argument naming the item when it is not E, D or A.
-std::vector<HeadKind> parse_head_kinds(const std::string& spec);
-
-// The attention module of a kind and layer.
-MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer);
-
-// Sets each listed head's gate to 0 (and every other gate to 1). Masking every head of a layer leaves
-// that attention's output equal to its out-projection bias: the layer then passes no information
-// between positions, which is a valid (if drastic) experiment, not an error.
-void mask_heads(Transformer& model, const std::vector<HeadId>& heads);
 
 enum class Granularity { token, sentence, batch };
 Granularity parse_granularity(const std::string& name);  // throws, listing the valid names
@@ -148,100 +122,5 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
 // mean over the batch's target tokens, dropout on); importance_raw is left unnormalised and `importance`
 // normalised per layer. Gradient norms and attention statistics as in study_heads.
 std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch, const AttentionProbes& probes);
-
-// The line pairs with both sides non-empty, trimmed. Throws std::invalid_argument starting with `what` when
-// the counts differ or no pair is left.
-std::pair<std::vector<std::string>, std::vector<std::string>> scorable_pairs(const std::vector<std::string>& src,
-                                                                             const std::vector<std::string>& ref,
-                                                                             const char* what);
-
-// ---- ablation: what each head is worth to translation quality -------------------------------------------
-
-// sacreBLEU's paired bootstrap resampling (`--paired-bs`, Koehn 2004): `samples` resamples of the sentences
-// with replacement, the same for both systems; p = (1 + #{resamples whose |BLEU_sys − BLEU_base| minus the
-// mean of those differences exceeds the real |difference|}) / (samples + 1). `base` and `system` are
-// per-sentence BLEU statistics (corpus_bleu of one line each). The resamples are drawn from tapeformer's
-// counter-based generator with `seed`, so p-values equal sacreBLEU's in distribution, not digit for digit.
-// Two systems with the same corpus BLEU get p = 1.
-double paired_bootstrap_p_value(const std::vector<BleuScore>& base, const std::vector<BleuScore>& system, int samples,
-                                std::uint64_t seed);
-
-struct AblationRow {
-    std::string what;             // "E:0:1" (that head masked) or "E:0: all but 1" (the others of its layer)
-    std::vector<HeadId> masked;
-    double bleu = 0, delta = 0;   // BLEU with these heads masked, and minus the unmasked BLEU
-    double p_value = 1;
-    bool significant = false;     // p < alpha
-};
-
-struct AblationReport {
-    double base_bleu = 0;
-    int samples = 0;
-    double alpha = 0.05;
-    std::vector<AblationRow> single;       // each head masked alone (Michel et al., table 1)
-    std::vector<AblationRow> all_but_one;  // every head of its layer but one masked (Michel et al., table 2)
-    int significant_single = 0, significant_all_but_one = 0;
-};
-
-// Translates `src_lines` with the unmasked model and with each ablation, scoring each against `ref_lines`
-// (same count; empty pairs skipped). The model's gates are restored afterwards. `progress` gets (systems
-// done, systems in all).
-AblationReport ablate_heads(Transformer& model, const TokenizerPair& tokenizers, const std::vector<std::string>& src_lines,
-                            const std::vector<std::string>& ref_lines, const DecodeOptions& decode,
-                            std::int64_t batch_tokens, int samples, double alpha, std::uint64_t seed,
-                            const std::function<void(int, int)>& progress = nullptr);
-
-std::string ablation_json(const AblationReport& report);
-std::string ablation_table(const AblationReport& report);  // the two tables and "k of N heads significant"
-
-// ---- pruning: quality against the fraction of heads masked ------------------------------------------------
-
-enum class PruneOrder { importance, ablation, entropy, random };
-PruneOrder parse_prune_order(const std::string& name);  // throws, listing the valid names
-const char* to_string(PruneOrder order);
-
-struct PruneOptions {
-    PruneOrder order = PruneOrder::importance;
-    double step = 0.1;                 // fraction of the prunable heads masked per step
-    std::vector<HeadKind> kinds;       // the heads that may be pruned (empty: E, D and A, ranked jointly)
-    bool recompute = false;            // rank again (with the heads masked so far) after every step
-    bool keep_one_per_layer = false;   // never mask the last unmasked head of an attention
-    double stop_below = 0;             // stop once BLEU < stop_below · the unpruned BLEU (0: go to the end)
-    std::uint64_t seed = 1;            // order random
-    HeadStudyOptions study;            // how importance is measured (order importance and entropy)
-    DecodeOptions decode;
-    std::int64_t batch_tokens = 4096;  // for translation and the NLL
-};
-
-struct PrunePoint {
-    double fraction = 0;           // masked / prunable heads
-    std::vector<HeadId> masked;    // in the order they were masked
-    double bleu = 0, nll = 0;      // on the evaluation pairs (NLL: mean per target token, teacher-forced)
-};
-
-// Ranks the heads on the importance pairs rank_src/rank_ref (not read by order random),
-// least important first — importance: normalised importance; ablation: the BLEU lost when that head alone
-// is masked; entropy: the highest normalised attention entropy first; random: a seeded shuffle — and
-// masks them in steps, scoring BLEU and NLL on the evaluation pairs after each step. The first point is
-// the unpruned model. The model's gates are restored afterwards.
-std::vector<PrunePoint> prune_heads(Transformer& model, const TokenizerPair& tokenizers,
-                                    const std::vector<std::string>& eval_src, const std::vector<std::string>& eval_ref,
-                                    const std::vector<std::string>& rank_src, const std::vector<std::string>& rank_ref,
-                                    const PruneOptions& options,
-                                    const std::function<void(const PrunePoint&)>& on_point = nullptr);
-
-std::string heads_json(const HeadReport& report);   // one object: settings, totals, "heads": [...]
-std::string heads_csv(const HeadReport& report);    // one row per head, a header line first
-std::string heads_tables(const HeadReport& report); // per kind: layers × heads of importance, then entropy
-
-// One cell of a layers × heads table: a head and its value as text ("0.1234", "closed").
-struct HeadCell {
-    HeadId id;
-    std::string text;
-};
-// The layers × heads table of `kind` among `cells`, as text: "K = <describe(kind)>: <what>", a header
-// "  layer   head 0   head 1 ...", then per layer its cells right-aligned in 9 columns, in the order given.
-// Empty when no cell is of `kind`. (heads_tables and heads_l0.h's l0_table print theirs with it.)
-std::string layer_head_table(HeadKind kind, const std::string& what, const std::vector<HeadCell>& cells);
 
 TF_NAMESPACE_END
