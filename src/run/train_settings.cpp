@@ -640,7 +640,8 @@ RunIdentity run_identity_from_json(const std::string& text) {
         if (identity.run_id.empty()) throw std::runtime_error("\"run_id\" is empty");
     }
     if (j.contains("data_files")) {
-        for (const auto& [key, f] : j.at("data_files").items()) {
+        for (const auto& [name, f] : j.at("data_files").items()) {
+            const std::string key = name;  // a copy: C++17 lambdas cannot capture a structured binding (clang)
             if (std::none_of(std::begin(kDataSlots), std::end(kDataSlots), [&](const DataSlot& d) { return key == d.key; }))
                 throw std::runtime_error("\"data_files\" has an entry '" + key + "', which is no data file of a run");
             identity.data[key] = DataFile{f.at("path").get<std::string>(),
