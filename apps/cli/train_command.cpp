@@ -76,7 +76,7 @@ void add_train_command(CLI::App& app) {
         // --log-heads-every says so (its own on --resume, which the flags here do not carry).
         HeadLogWatcher head_log;
         const TrainResult r = train(resolved.config, std::cerr, isatty(STDERR_FILENO) != 0, {&head_log});
-        command_exit_code() = r.interrupted ? 130 : 0;
+        command_exit_code() = r.interrupted() ? 130 : 0;
     });
 }
 

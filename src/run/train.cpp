@@ -812,7 +812,6 @@ TrainResult Trainer::run() {
     build_model();
     if (interrupt_signal()) {  // nothing written yet: end here, leaving the directory as it was
         log_ << "interrupted before training started; nothing was written to " << dir_ << "\n";
-        result_.interrupted = true;
         result_.stop_reason = StopReason::interrupted;
         result_.steps = state_.step;
         return result_;
@@ -865,14 +864,10 @@ TrainResult Trainer::run() {
             if (reason == StopReason::none) reason = stop_reason();
         }
     }
-    result_.interrupted = reason == StopReason::interrupted;
-    log_progress(true, result_.interrupted);
+    log_progress(true, reason == StopReason::interrupted);
     // The run ends with a validation of its last weights (unless interrupted: the resumed run owes it).
-    if (!result_.interrupted && !validate()) {
-        result_.interrupted = true;
-        reason = StopReason::interrupted;
-    }
-    if (c_.resume && state_.step == first_step && !unsaved_changes() && !result_.interrupted) {
+    if (reason != StopReason::interrupted && !validate()) reason = StopReason::interrupted;
+    if (c_.resume && state_.step == first_step && !unsaved_changes() && reason != StopReason::interrupted) {
         // Resumed a run that had already reached its stopping rule and validated: nothing to rewrite.
         log_ << "the run in " << dir_ << " already reached its stopping rule at step " << state_.step
              << "; extend it with --max-steps, --epochs or --time-budget\n";
@@ -884,7 +879,7 @@ TrainResult Trainer::run() {
     result_.steps = state_.step;
     result_.train_seconds = state_.train_seconds;
     result_.stop_reason = reason;
-    if (result_.interrupted)
+    if (result_.interrupted())
         log_ << "interrupted at step " << state_.step << "; checkpoint saved. Resume with: tapeformer train --out " << dir_
              << " --resume\n";
     else

@@ -32,7 +32,8 @@ struct TrainResult {
     double best_valid_bleu = -1;   // −1 when not measured
     double best_valid_loss = -1;
     StopReason stop_reason = StopReason::none;
-    bool interrupted = false;      // SIGINT/SIGTERM: a checkpoint was saved, --resume continues
+    // SIGINT/SIGTERM: a checkpoint was saved once training had started, --resume continues.
+    bool interrupted() const { return stop_reason == StopReason::interrupted; }
 };
 
 struct Batch;  // data/batch.h
