@@ -191,8 +191,8 @@ void translate_stream(const TranslateOptions& opt, ModelBundle& bundle) {
         if (output) {
             output->write(text);
         } else {
-            std::cout << text << std::flush;
-            if (!std::cout) throw std::runtime_error("cannot write the translations to standard output");
+            std::cout << text;
+            finish_standard_output();  // each piece reaches a line-at-a-time client now; a lost one names why
         }
     }
     if (g_stop_signal != 0) {
