@@ -66,37 +66,66 @@ std::string output_target(const std::string& path) {
     }
 }
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
-    if (path_ == "-") {
-        // Standard output: whatever the command printed through std::cout or stdio goes out first.
-        std::cout.flush();
-        std::fflush(stdout);
-        target_ = path_;
-        fd_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
-        if (fd_ < 0) fail("standard output is not open", errno);
-        return;
+OutputPlan plan_output(const std::string& path) {
+    OutputPlan plan;
+    if (path == "-") {
+        plan.kind = OutputPlan::standard_output;
+        plan.target = path;
+        return plan;
     }
     struct stat st {};
-    if (::stat(path_.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
         // Written straight through: a rename would put a regular file in the device's or the FIFO's place.
-        // Opened by the given name, so that the kernel follows /dev/stdout -> /proc/self/fd/1 -> pipe:[N].
-        target_ = path_;
-        fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd_ < 0) fail("cannot open it", errno);
-        return;
+        plan.kind = OutputPlan::write_through;
+        plan.target = path;
+        return plan;
     }
-    target_ = output_target(path_);
-    const bool exists = ::stat(target_.c_str(), &st) == 0;
-    if (exists && S_ISDIR(st.st_mode)) fail("'" + target_ + "' is a directory", EISDIR);
-    if (exists && !S_ISREG(st.st_mode))
-        throw std::runtime_error("cannot write '" + path_ + "': '" + target_ + "' is a " +
-                                 (S_ISBLK(st.st_mode) ? "block device" : S_ISSOCK(st.st_mode) ? "socket" : "special file") +
-                                 "; an output is a file, a character device, a FIFO or - (standard output)");
+    plan.target = output_target(path);
+    plan.exists = ::stat(plan.target.c_str(), &st) == 0;
+    if (plan.exists && !S_ISREG(st.st_mode)) {
+        plan.kind = OutputPlan::refused;
+        plan.refused_as = S_ISDIR(st.st_mode)    ? "directory"
+                          : S_ISBLK(st.st_mode)  ? "block device"
+                          : S_ISSOCK(st.st_mode) ? "socket"
+                                                 : "special file";
+        return plan;
+    }
+    if (plan.exists) {
+        plan.mode = unsigned(st.st_mode & 07777);
+        plan.device = std::uint64_t(st.st_dev);
+        plan.inode = std::uint64_t(st.st_ino);
+    }
+    return plan;
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+    const OutputPlan plan = plan_output(path_);
+    target_ = plan.target;
+    switch (plan.kind) {
+        case OutputPlan::standard_output:
+            // Whatever the command printed through std::cout or stdio goes out first.
+            std::cout.flush();
+            std::fflush(stdout);
+            fd_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
+            if (fd_ < 0) fail("standard output is not open", errno);
+            return;
+        case OutputPlan::write_through:
+            // Opened by the given name, so that the kernel follows /dev/stdout -> /proc/self/fd/1 -> pipe:[N].
+            fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+            if (fd_ < 0) fail("cannot open it", errno);
+            return;
+        case OutputPlan::refused:
+            if (std::string(plan.refused_as) == "directory") fail("'" + target_ + "' is a directory", EISDIR);
+            throw std::runtime_error("cannot write '" + path_ + "': '" + target_ + "' is a " + plan.refused_as +
+                                     "; an output is a file, a character device, a FIFO or - (standard output)");
+        case OutputPlan::replace:
+            break;
+    }
     tmp_ = target_ + ".tmp." + std::to_string(::getpid());
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd_ < 0) fail("cannot create temporary file '" + tmp_ + "'", errno);
     // The replacement keeps the replaced file's permissions (a private file stays private).
-    if (exists && ::fchmod(fd_, st.st_mode & 07777) != 0) fail("cannot set the mode of '" + tmp_ + "'", errno);
+    if (plan.exists && ::fchmod(fd_, mode_t(plan.mode)) != 0) fail("cannot set the mode of '" + tmp_ + "'", errno);
 }
 
 AtomicFile::~AtomicFile() {

@@ -134,15 +134,15 @@ bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == 
 
 void check_output_path(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
     namespace fs = std::filesystem;
-    if (path == "-") return;  // standard output
-    struct stat out {};
-    if (::stat(path.c_str(), &out) == 0 && (S_ISCHR(out.st_mode) || S_ISFIFO(out.st_mode))) return;  // written through
-    const std::string target = output_target(path);  // io.h: links followed; the rule every output obeys
-    const bool exists = ::stat(target.c_str(), &out) == 0;
-    if (exists && S_ISDIR(out.st_mode)) throw std::runtime_error(flag + " '" + path + "' is a directory, not a file");
-    if (exists && (S_ISBLK(out.st_mode) || S_ISSOCK(out.st_mode)))
-        throw std::runtime_error(flag + " '" + path + "' is a " + (S_ISBLK(out.st_mode) ? "block device" : "socket") +
+    const OutputPlan plan = plan_output(path);  // io.h: the rule every output obeys
+    if (plan.kind == OutputPlan::standard_output || plan.kind == OutputPlan::write_through) return;
+    if (plan.kind == OutputPlan::refused) {
+        if (std::string(plan.refused_as) == "directory")
+            throw std::runtime_error(flag + " '" + path + "' is a directory, not a file");
+        throw std::runtime_error(flag + " '" + path + "' is a " + plan.refused_as +
                                  "; an output is a file, a character device, a FIFO or - (standard output)");
+    }
+    const std::string& target = plan.target;
     const fs::path parent = fs::path(target).parent_path();
     std::error_code ec;
     if (!parent.empty() && !fs::is_directory(parent, ec))
@@ -162,7 +162,7 @@ void check_output_path(const std::string& path, const std::string& flag, const s
             if (in_dir || in_checkpoints)
                 throw std::runtime_error(flag + " '" + path + "' is " + (in_dir ? name : "checkpoints/" + name) +
                                          " of the model directory '" + input + "'; an output may not replace it");
-        } else if (exists && same_file(out, in)) {
+        } else if (plan.exists && plan.device == std::uint64_t(in.st_dev) && plan.inode == std::uint64_t(in.st_ino)) {
             throw std::runtime_error(flag + " '" + path + "' is the input '" + input + "'; an output may not replace an input");
         }
     }

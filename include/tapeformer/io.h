@@ -30,6 +30,18 @@ TF_NAMESPACE_BEGIN
 // "-"). Throws std::runtime_error naming the path on a link loop or an unreadable link.
 std::string output_target(const std::string& path);
 
+// How the rule above applies to `path`, decided once for both the writer and the CLI's check that an output
+// is no input (cli/commands.h check_output_path).
+struct OutputPlan {
+    enum Kind { standard_output, write_through, replace, refused } kind = replace;
+    std::string target;      // replace and refused: the path after links; otherwise `path` itself
+    bool exists = false;     // replace: the target exists (a regular file, whose permissions the new one keeps)
+    unsigned mode = 0;       // replace: those permissions
+    std::uint64_t device = 0, inode = 0;  // replace: which file it is, to compare with inputs
+    const char* refused_as = "";  // refused: "directory", "block device", "socket" or "special file"
+};
+OutputPlan plan_output(const std::string& path);
+
 // Writes `bytes` to the output `path`, by the rule above.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
