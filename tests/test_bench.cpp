@@ -85,7 +85,12 @@ TEST_CASE("bench train: rates, FLOP/s and phases follow from the step time and t
     c.max_len = 16;
     tf::Transformer model(c);
     const ForwardFlops fl = forward_flops(model, o.batch, o.src_len, o.tgt_len);
-    CHECK(fl.encoder == Approx(36864 + 12288 + 9216 + 49152));
+    CHECK(fl.of("encoder") == Approx(36864 + 12288 + 9216 + 49152));
+    REQUIRE(fl.by_stack.size() == 3);  // the parts that compute, named by the module walk, in data order
+    CHECK(fl.by_stack[0].first == "encoder");
+    CHECK(fl.by_stack[1].first == "decoder");
+    CHECK(fl.by_stack[2].first == "generator");
+    CHECK(fl.total == Approx(fl.of("encoder") + fl.of("decoder") + fl.of("generator")));
     CHECK(r.fwd_gflop_per_step == Approx(fl.total / 1e9));
     CHECK(r.train_gflop_per_step == Approx(3 * r.fwd_gflop_per_step));
 }

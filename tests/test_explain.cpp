@@ -95,9 +95,14 @@ TEST_CASE("explain: the stages come in textbook order with their shapes", "[expl
             CHECK(s.value.data()[1] == 0);  // query <s> cannot see position 1
             CHECK(s.text.empty());
         }
-        if (s.id == "mask" && s.block == "causal self-attention") CHECK(s.text.find("-inf") != std::string::npos);
         CHECK_FALSE(s.where.empty());
     }
+    // The printout draws each mask: the causal one row by row, with -inf above the diagonal.
+    tf::ExplainView masks;
+    masks.stages = {"mask"};
+    const std::string printed = tf::format_explanation(ex, masks);
+    CHECK(printed.find("row = query, column = key:") != std::string::npos);
+    CHECK(printed.find("-inf") != std::string::npos);
     CHECK(ex.stages[1].text == "a | b | c | </s>");
 }
 

@@ -27,9 +27,11 @@ struct Recorder : ForwardObserver {
         Tensor value;
     };
     std::vector<Seen> seen;
+    std::vector<std::pair<std::string, Input>> sections;
     void probe(const void*, const char* type, const char* name, const Tensor& value) override {
         seen.push_back({type, name, value.shape(), value});
     }
+    void section(const char* name, Input input) override { sections.push_back({name, input}); }
     const Tensor& first(const std::string& name) const {
         for (const Seen& s : seen)
             if (s.name == name) return s.value;
@@ -87,6 +89,38 @@ TEST_CASE("parameter names follow PyTorch's nn.Transformer state dict", "[nn]") 
     CHECK(pre.src_embed.weight.same_storage(pre.generator));
     CHECK(pre.tgt_embed.weight.same_storage(pre.generator));
     CHECK(pre.parameter_count() < Transformer(small_config()).parameter_count());
+}
+
+TEST_CASE("module walk: every module knows its stack and its layer, which tools read instead of parsing names", "[nn]") {
+    ModelConfig c = small_config();
+    const std::vector<ModuleEntry> modules = named_modules(Transformer(c, 1));
+    auto entry = [&](const std::string& name) -> const ModuleEntry& {
+        for (const ModuleEntry& e : modules)
+            if (e.name == name) return e;
+        FAIL("no module " << name);
+        return modules[0];
+    };
+    CHECK(entry("").stack.empty());
+    CHECK(entry("").layer == -1);
+    CHECK(entry("positional").stack == "positional");
+    CHECK(entry("positional").layer == -1);
+    const ModuleEntry& layer = entry("decoder.layers.1");
+    CHECK(layer.stack == "decoder");
+    CHECK(layer.layer == 1);
+    CHECK(layer.layer_name == "decoder.layers.1");
+    const ModuleEntry& cross = entry("decoder.layers.1.multihead_attn");
+    CHECK(cross.stack == "decoder");
+    CHECK(cross.layer == 1);
+    CHECK(cross.layer_name == "decoder.layers.1");
+    CHECK(cross.role == "cross-attention");
+    CHECK(entry("encoder.layers.0.ff").layer_name == "encoder.layers.0");
+    c.norm = NormPosition::Pre;  // the stack's final norm lies in the stack, in no layer
+    const std::vector<ModuleEntry> pre = named_modules(Transformer(c, 1));
+    const auto norm = std::find_if(pre.begin(), pre.end(), [](const ModuleEntry& e) { return e.name == "encoder.norm"; });
+    REQUIRE(norm != pre.end());
+    CHECK(norm->stack == "encoder");
+    CHECK(norm->layer == -1);
+    CHECK(norm->layer_name.empty());
 }
 
 TEST_CASE("unique_parameters: each storage once, under its first name", "[nn]") {
@@ -374,6 +408,9 @@ TEST_CASE("probes: the forward reports its steps in the lessons' order, with the
     CHECK(probes.seen.back().value.same_storage(logits));
     for (const auto& s : probes.seen)
         if (s.name == "scores" && s.type == "MultiHeadAttention") CHECK(s.shape.rank == 4);
+    // The model names its sections as it enters them, with the input each runs over.
+    using Sections = std::vector<std::pair<std::string, Input>>;
+    CHECK(probes.sections == Sections{{"encoder", Input::Source}, {"decoder", Input::Target}, {"output", Input::Target}});
     REQUIRE(probes.seen[probes.seen.size() - 9].name == "weights");
     CHECK(probes.seen[probes.seen.size() - 9].shape == Shape{1, 4, 3, 4});  // cross-attention weights (B, H, T, S)
 }

@@ -6,7 +6,8 @@
 
 TF_NAMESPACE_BEGIN
 
-void ModuleWalk::enter(const std::string& name, const char* type, const char* role, const void* module, bool flat) {
+void ModuleWalk::enter(const std::string& name, const char* type, const char* role, const void* module, bool flat,
+                       int layer) {
     ModuleEntry e;
     e.type = type, e.role = role, e.module = module;
     std::string prefix;
@@ -14,6 +15,9 @@ void ModuleWalk::enter(const std::string& name, const char* type, const char* ro
         const ModuleEntry& parent = modules[open_.back().entry];
         e.name = parent.name.empty() ? name : parent.name + "." + name;
         e.depth = parent.depth + 1;
+        e.stack = parent.depth == 0 ? name.substr(0, name.find('.')) : parent.stack;
+        e.layer = layer >= 0 ? layer : parent.layer;
+        e.layer_name = layer >= 0 ? e.name : parent.layer_name;
         prefix = open_.back().param_prefix + (flat ? "" : name + ".");
     }
     modules.push_back(std::move(e));

@@ -345,9 +345,9 @@ void Transformer::visit(ModuleWalk& walk) const {
     walk.child("src_embed", src_embed);
     walk.child("tgt_embed", tgt_embed);  // src_embed's table when tie == All
     walk.child("positional", positional);
-    for (std::size_t i = 0; i < encoder.size(); ++i) walk.child("encoder.layers." + std::to_string(i), encoder[i]);
+    walk.layers("encoder", encoder);
     if (config.norm == NormPosition::Pre) walk.child("encoder.norm", encoder_norm);
-    for (std::size_t i = 0; i < decoder.size(); ++i) walk.child("decoder.layers." + std::to_string(i), decoder[i]);
+    walk.layers("decoder", decoder);
     if (config.norm == NormPosition::Pre) walk.child("decoder.norm", decoder_norm);
     walk.parameter("generator.weight", generator);  // the target embedding's table when tied
     walk.parameter("generator.bias", generator_bias);  // with output_bias only (undefined otherwise: left out)
@@ -372,6 +372,7 @@ void check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int6
 
 Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S, const Pass& pass) {
     check_ids("encode", src, B, S);
+    pass.section("encoder", Input::Source);
     const Tensor mask = key_padding_mask(src, B, S, config.pad_id);  // (B, 1, 1, S)
     Tensor x = dropout(positional.forward(src_embed.forward(src, B, S, pass), 0, pass), real(config.dropout), pass);  // (B, S, C)
     for (auto& layer : encoder) x = layer.forward(x, mask, pass);
@@ -403,6 +404,7 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
                                   const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                                   const Pass& pass, DecoderCache* cache) {
     const std::int64_t start = cache ? cache->position() : 0;
+    pass.section("decoder", Input::Target);
     Tensor x = dropout(positional.forward(tgt_embed.forward(dec_in, B, T, pass), start, pass), real(config.dropout), pass);  // (B, T, C)
     for (std::size_t l = 0; l < decoder.size(); ++l)
         x = decoder[l].forward(x, memory, self_mask, memory_mask, pass, cache ? &cache->layers[l] : nullptr);
@@ -414,6 +416,7 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
 }
 
 Tensor Transformer::project(const Tensor& hidden, const Pass& pass) const {
+    pass.section("output", Input::Target);
     Tensor logits = config.output_bias ? affine(hidden, generator, generator_bias)  // (B, T, C) @ (V, C)ᵀ + (V) -> (B, T, V)
                                        : matmul(hidden, generator, false, true);    // (B, T, C) @ (V, C)ᵀ -> (B, T, V)
     pass.probe(this, "logits", logits);

@@ -1,16 +1,16 @@
 // explain(): one sentence through the model, every stage a probe of the real forward (explain.h).
 //
 // explain() listens to Transformer::forward (Pass::observer, nn/module.h) and keeps what each module reports
-// as a stage: the numbers are the model's own, in the order it computed them. The module walk names the
-// module behind each probe and its role in the layer; the table below says what each probe is, keyed by
-// the probe's name, so this file describes no layer of the model and cannot drift from it. The printout
-// is in explain_view.cpp.
+// as a stage: the numbers are the model's own, in the order it computed them. The model names its sections
+// (encoder, decoder, output) as it enters them; the module walk names the module behind each probe, its
+// layer and its role in the layer; the table below says what each probe is, keyed by the probe's name. So
+// this file describes no layer of the model and cannot drift from it. The invariants checked at the stages
+// are in explain_checks.cpp, the printout in explain_view.cpp.
 #include "tapeformer/teach/explain.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -21,107 +21,14 @@
 #include "tapeformer/decode.h"
 #include "tapeformer/io.h"
 #include "tapeformer/ops.h"
+#include "explain_checks.h"
 
 TF_NAMESPACE_BEGIN
 
 namespace {
 
-// Rows of softmax output (…, N) summing to 1.
-StageCheck rows_sum_to_one(const Tensor& p, const char* what) {
-    const std::int64_t N = p.shape().last(), R = p.shape().leading();
-    double worst = 0;
-    for (std::int64_t r = 0; r < R; ++r) {
-        double s = 0;
-        for (std::int64_t j = 0; j < N; ++j) s += p.data()[r * N + j];
-        worst = std::max(worst, std::abs(s - 1));
-    }
-    return {std::string(what) + " sum to 1: max |sum - 1| = " + fmt("%.1e", worst), worst <= 1e-5};
-}
-
-// weights (B, H, Tq, Tk) are exactly 0 wherever the additive mask (B|1, 1, Tq|1, Tk) is −∞.
-StageCheck masked_weights_zero(const Tensor& w, const Tensor& mask) {
-    const std::int64_t B = w.size(0), H = w.size(1), Tq = w.size(2), Tk = w.size(3);
-    const std::int64_t mb = mask.size(0), mq = mask.size(2);
-    std::int64_t masked = 0;
-    double worst = 0;
-    for (std::int64_t b = 0; b < B; ++b)
-        for (std::int64_t h = 0; h < H; ++h)
-            for (std::int64_t q = 0; q < Tq; ++q)
-                for (std::int64_t k = 0; k < Tk; ++k) {
-                    const real m = mask.data()[((mb == 1 ? 0 : b) * mq + (mq == 1 ? 0 : q)) * Tk + k];
-                    if (!std::isinf(m)) continue;
-                    ++masked;
-                    worst = std::max(worst, std::abs(double(w.data()[((b * H + h) * Tq + q) * Tk + k])));
-                }
-    return {"masked weights are exactly 0: " + std::to_string(masked) + " masked, max |weight| there = " +
-                fmt("%g", worst),
-            worst == 0};
-}
-
-// LayerNorm output y = x̂ · γ + β: each row's x̂ = (y − β) / γ has mean 0 and variance 1 (var/(var + eps),
-// a hair under 1).
-StageCheck layer_norm_rows(const Tensor& y, const Tensor& gamma, const Tensor& beta) {
-    const std::int64_t C = y.shape().last(), R = y.shape().leading();
-    double worst_mean = 0, worst_var = 0;
-    for (std::int64_t r = 0; r < R; ++r) {
-        double s = 0, s2 = 0;
-        std::int64_t n = 0;
-        for (std::int64_t c = 0; c < C; ++c) {
-            const double g = gamma.data()[c];
-            if (g == 0) continue;  // a column LayerNorm multiplies by 0 says nothing about x̂
-            const double xhat = (double(y.data()[r * C + c]) - double(beta.data()[c])) / g;
-            s += xhat, s2 += xhat * xhat, ++n;
-        }
-        if (n == 0) continue;
-        const double mean = s / double(n), var = s2 / double(n) - mean * mean;
-        worst_mean = std::max(worst_mean, std::abs(mean));
-        worst_var = std::max(worst_var, std::abs(var - 1));
-    }
-    return {"LayerNorm rows, (y - beta) / gamma: max |mean| = " + fmt("%.1e", worst_mean) + ", max |var - 1| = " +
-                fmt("%.1e", worst_var),
-            worst_mean <= 1e-3 && worst_var <= 2e-2};
-}
-
-// Q[b, h, t, d] = qkv[b, t, offset + h·D + d] for Q, K, V at offsets 0, C, 2C: the split moves numbers, it
-// computes none.
-StageCheck split_check(const Tensor& qkv, const std::vector<Tensor>& parts) {
-    const std::int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2);
-    bool same = true;
-    for (std::size_t p = 0; p < parts.size(); ++p) {
-        const Tensor& x = parts[p];
-        const std::int64_t H = x.size(1), D = x.size(3), offset = std::int64_t(p) * H * D;
-        for (std::int64_t b = 0; b < B; ++b)
-            for (std::int64_t h = 0; h < H; ++h)
-                for (std::int64_t t = 0; t < T; ++t)
-                    for (std::int64_t d = 0; d < D; ++d)
-                        same = same && x.data()[((b * H + h) * T + t) * D + d] == qkv.data()[(b * T + t) * W + offset + h * D + d];
-    }
-    return {"Q[b,h,t,d] = qkv[b,t,h*D+d] (and K, V from C and 2C): the split copies, computes nothing", same};
-}
-
-std::string pad(const std::string& s, std::size_t w) {
-    std::string t = s.size() > w - 1 ? s.substr(0, w - 1) : s;
-    return t + std::string(w - t.size(), ' ');
-}
-
-// The mask as a picture: one row per query (or one row for all queries), "0" keeps, "-inf" drops.
-std::string mask_picture(const Tensor& mask, const std::vector<std::string>& queries, const std::vector<std::string>& keys) {
-    const std::int64_t mq = mask.size(2), Tk = mask.size(3);
-    std::ostringstream o;
-    o << "mask " << mask.shape().str() << (mq == 1 ? ", the same for every query:" : ", row = query, column = key:") << "\n";
-    o << "        ";
-    for (std::int64_t k = 0; k < std::min<std::int64_t>(Tk, 12); ++k) o << pad(keys.size() > std::size_t(k) ? keys[k] : "", 6);
-    o << "\n";
-    for (std::int64_t q = 0; q < std::min<std::int64_t>(mq, 12); ++q) {
-        o << pad(mq == 1 ? "all" : (queries.size() > std::size_t(q) ? queries[q] : ""), 8);
-        for (std::int64_t k = 0; k < std::min<std::int64_t>(Tk, 12); ++k) o << pad(std::isinf(mask.data()[q * Tk + k]) ? "-inf" : "0", 6);
-        o << "\n";
-    }
-    return o.str();
-}
-
 // What each probe is as a stage: the id --stage matches, the title, the shape in letters. Tq stands for the
-// queries' length (S in the encoder, T in the decoder), Tk for the keys' (S when they come from the memory).
+// queries' length (S over the source, T over the target), Tk for the keys' (S when they come from the memory).
 struct StageKind {
     const char* probe;
     const char* id;
@@ -160,26 +67,19 @@ std::string replaced(std::string s, const std::string& from, const std::string& 
     return s;
 }
 
-int layer_of(const std::string& module) {  // "encoder.layers.3.self_attn" -> 3; −1 outside the layers
-    const std::size_t at = module.find("layers.");
-    return at == std::string::npos ? -1 : std::atoi(module.c_str() + at + 7);
-}
-
-// Listens to one forward pass and keeps each probe as a stage. The part of the model follows the probes:
-// the encoder until the model reports its memory, then the decoder, then the output with the logits.
+// Listens to one forward pass and keeps each probe as a stage, in the section of the model that reports it
+// (ForwardObserver::section): its name is the stage's part, its input gives the rows' tokens and the letter
+// of their length (S for the source, T for the target); cross-attention's keys are the source's.
 class StageRecorder : public ForwardObserver {
 public:
     StageRecorder(Explanation& ex, const Transformer& model, const std::vector<std::string>& src_pieces,
                   const std::vector<std::string>& dec_pieces)
         : ex_(ex), config_(model.config), walk_(model), src_(src_pieces), dec_(dec_pieces) {}
 
+    void section(const char* name, Input input) override { part_ = name, input_ = input; }
+
     void probe(const void* module, const char* type, const char* name, const Tensor& value) override {
         const std::string probe = name;
-        if (probe == "memory") {
-            part_ = "decoder";
-            return;
-        }
-        if (probe == "logits") part_ = "output";
         const StageKind* kind = nullptr;
         for (const StageKind& k : kStages)
             if (probe == k.probe) kind = &k;
@@ -189,14 +89,14 @@ public:
         if (probe == "kv_proj") seen.cross = true;
 
         ExplainStage s;
-        s.id = kind->id, s.part = part_, s.layer = layer_of(entry->name), s.value = value;
+        s.id = kind->id, s.part = part_, s.layer = entry->layer, s.value = value;
         if (s.layer != layer_) block_.clear(), layer_ = s.layer;
         if (!entry->role.empty()) block_ = entry->role;
         if (s.layer >= 0) s.block = block_;
-        const bool encoder = part_ == "encoder";
-        const std::string tq = encoder ? "S" : "T", tk = seen.cross ? "S" : tq;
-        const std::vector<std::string>& queries = encoder ? src_ : dec_;
-        const std::vector<std::string>& keys = seen.cross ? src_ : queries;
+        const Input keys_input = seen.cross ? Input::Source : input_;
+        const std::string tq = letter(input_), tk = letter(keys_input);
+        const std::vector<std::string>& queries = pieces(input_);
+        const std::vector<std::string>& keys = pieces(keys_input);
         s.rows = probe == "k" || probe == "v" || probe == "kv_proj" ? keys : queries;
         if (probe == "scores" || probe == "mask" || probe == "weights") s.cols = keys;
         s.title = kind->title;
@@ -220,7 +120,6 @@ public:
             const bool causal = value.size(2) > 1;
             s.title = std::string(causal ? "causal + padding" : "padding") + " " + s.title;
             if (!causal) s.letters = "(B, 1, 1, Tk)";
-            s.text = mask_picture(value, queries, keys);
             seen.mask = value;
         }
         if (probe == "logits" && config_.tie != Tying::None) s.title += " (the target embedding table: tied)";
@@ -253,6 +152,9 @@ private:
         Tensor qkv, q, k, mask;
     };
 
+    static const char* letter(Input input) { return input == Input::Source ? "S" : "T"; }
+    const std::vector<std::string>& pieces(Input input) const { return input == Input::Source ? src_ : dec_; }
+
     static double ratio(const Tensor& scaled, const Tensor& x) {
         for (std::int64_t i = 0; x.defined() && i < x.numel(); ++i)
             if (x.data()[i] != 0) return double(scaled.data()[i]) / double(x.data()[i]);
@@ -271,7 +173,8 @@ private:
     const std::vector<std::string>&src_, &dec_;
     std::map<const void*, Seen> seen_;
     Tensor last_embed_;
-    std::string part_ = "encoder", block_;
+    std::string part_, block_;
+    Input input_ = Input::Source;
     int layer_ = -1;
 };
 

@@ -1,5 +1,5 @@
 // The printout of an explanation (explain.h): the stages a view selects, with their numbers, checks and
-// gradient norms. explain.cpp builds the stages from the model's probes.
+// gradient norms, and the mask drawn as a picture. explain.cpp builds the stages from the model's probes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +16,27 @@ namespace {
 std::string value_str(real v) {
     if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
     return fmt("%.4f", double(v));
+}
+
+std::string pad(const std::string& s, std::size_t w) {
+    std::string t = s.size() > w - 1 ? s.substr(0, w - 1) : s;
+    return t + std::string(w - t.size(), ' ');
+}
+
+// The mask as a picture: one row per query (or one row for all queries), "0" keeps, "-inf" drops.
+std::string mask_picture(const Tensor& mask, const std::vector<std::string>& queries, const std::vector<std::string>& keys) {
+    const std::int64_t mq = mask.size(2), Tk = mask.size(3);
+    std::ostringstream o;
+    o << "mask " << mask.shape().str() << (mq == 1 ? ", the same for every query:" : ", row = query, column = key:") << "\n";
+    o << "        ";
+    for (std::int64_t k = 0; k < std::min<std::int64_t>(Tk, 12); ++k) o << pad(keys.size() > std::size_t(k) ? keys[k] : "", 6);
+    o << "\n";
+    for (std::int64_t q = 0; q < std::min<std::int64_t>(mq, 12); ++q) {
+        o << pad(mq == 1 ? "all" : (queries.size() > std::size_t(q) ? queries[q] : ""), 8);
+        for (std::int64_t k = 0; k < std::min<std::int64_t>(Tk, 12); ++k) o << pad(std::isinf(mask.data()[q * Tk + k]) ? "-inf" : "0", 6);
+        o << "\n";
+    }
+    return o.str();
 }
 
 }  // namespace
@@ -109,8 +130,9 @@ std::string format_explanation(const Explanation& ex, const ExplainView& v) {
         if (s.value.defined()) o << "   " << s.letters << " = " << s.value.shape().str();
         else if (!s.letters.empty()) o << "   " << s.letters;
         o << "\n      computed in " << s.where << "\n";
-        if (!s.text.empty() && (v.values || !s.value.defined())) {
-            std::istringstream lines(s.text);
+        const std::string text = s.id == "mask" ? mask_picture(s.value, s.rows, s.cols) : s.text;
+        if (!text.empty() && (v.values || !s.value.defined())) {
+            std::istringstream lines(text);
             for (std::string line; std::getline(lines, line);) o << "      " << line << "\n";
         }
         if (v.values && s.value.defined()) values(o, s, v);

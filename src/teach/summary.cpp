@@ -91,10 +91,10 @@ ModelSummary summarize(Transformer& model, std::int64_t B, std::int64_t S, std::
         return j;
     };
     std::set<std::size_t> counted;  // storages of the rows of depth 1 so far: a tied table is counted once
-    auto add_row = [&](int depth, const std::string& name, const std::string& kind, const std::vector<std::size_t>& params,
-                       const std::string& module, bool own_work_only) {
+    auto add_row = [&](int depth, const std::string& name, const std::string& kind, const std::string& stack,
+                       const std::vector<std::size_t>& params, const std::string& module, bool own_work_only) {
         SummaryRow r;
-        r.depth = depth, r.name = name, r.kind = kind;
+        r.depth = depth, r.name = name, r.kind = kind, r.stack = stack;
         bool all_counted = !params.empty();
         for (std::size_t i : params) {
             r.params += walk.parameters[i].tensor.numel();
@@ -120,11 +120,12 @@ ModelSummary summarize(Transformer& model, std::int64_t B, std::int64_t S, std::
     };
 
     const ModuleEntry& root = walk.modules[0];
-    add_row(0, "", root.type, root.parameters, "", false);
+    add_row(0, "", root.type, "", root.parameters, "", false);
     s.rows[0].params = model.parameter_count();  // distinct values
     for (const ModuleEntry* part : parts_of(root)) {
-        add_row(1, part->name, part->type, part->parameters, part->name, false);
-        for (const ModuleEntry* sub : parts_of(*part)) add_row(2, sub->name, sub->type, sub->parameters, sub->name, false);
+        add_row(1, part->name, part->type, part->stack, part->parameters, part->name, false);
+        for (const ModuleEntry* sub : parts_of(*part))
+            add_row(2, sub->name, sub->type, sub->stack, sub->parameters, sub->name, false);
     }
     // The model's own parameters (in no part: the output projection), one row per name before its last '.',
     // with the products the model runs itself.
@@ -141,7 +142,7 @@ ModelSummary summarize(Transformer& model, std::int64_t B, std::int64_t S, std::
             own[group].push_back(i);
         }
     for (std::size_t g = 0; g < own_order.size(); ++g) {
-        add_row(1, own_order[g], std::string(root.type) + " parameters", own[own_order[g]], "", true);
+        add_row(1, own_order[g], std::string(root.type) + " parameters", own_order[g], own[own_order[g]], "", true);
         if (g > 0) s.rows.back().mult_adds = 0;  // the model's own products are shown once
         s.rows.back().output = s.rows[0].output;
     }

@@ -30,27 +30,34 @@ std::vector<double> first_of(const real* p, std::int64_t n) {
     return out;
 }
 
-// "encoder.layers.0.self_attn.in_proj_weight" -> "encoder.layers.0.self_attn"
-std::string module_of(const std::string& param) {
-    const auto dot = param.rfind('.');
-    return dot == std::string::npos ? param : param.substr(0, dot);
-}
+// A parameter of the graph under its name, with the module and layer the module walk lists it under (its
+// deepest module: "encoder.layers.0.ff" for "encoder.layers.0.linear1.weight").
+struct GraphParameter {
+    NamedTensor param;
+    std::string module, layer;
+};
 
-// "encoder.layers.0.self_attn" -> "encoder.layers.0"; "" for what is not inside a layer
-std::string layer_of(const std::string& module) {
-    for (const char* stack : {"encoder.layers.", "decoder.layers."})
-        if (module.rfind(stack, 0) == 0) {
-            const auto end = module.find('.', std::string(stack).size());
-            return end == std::string::npos ? module : module.substr(0, end);
-        }
-    return "";
+// Each distinct parameter of the model (a tied table under its first name), with its module.
+std::vector<GraphParameter> graph_parameters(const Transformer& model) {
+    const ModuleWalk walk(model);
+    std::vector<const ModuleEntry*> owner(walk.parameters.size(), &walk.modules[0]);
+    for (const ModuleEntry& e : walk.modules)  // parents before their parts: the deepest module is the last
+        for (std::size_t i : e.parameters) owner[i] = &e;
+    std::vector<GraphParameter> out;
+    for (const NamedTensor& p : unique_parameters(walk.parameters))
+        for (std::size_t i = 0; i < walk.parameters.size(); ++i)
+            if (walk.parameters[i].name == p.name) {
+                out.push_back({p, owner[i]->name, owner[i]->layer_name});
+                break;
+            }
+    return out;
 }
 
 // Builds the graph from the tape's records; keeps a handle to every tensor to read gradients later.
 class GraphBuilder {
 public:
     // params: named parameters; constants: named tensors without gradient (the sinusoidal positional table)
-    GraphBuilder(TapeGraph& g, const ParamList& params, const ParamList& constants)
+    GraphBuilder(TapeGraph& g, const std::vector<GraphParameter>& params, const std::vector<GraphParameter>& constants)
         : g_(g), params_(params), constants_(constants) {}
 
     int tensor_of(const Tensor& t) {
@@ -62,16 +69,16 @@ public:
         n.name = "constant";
         n.shape = t.shape();
         if (name_from(params_, t, n)) n.kind = TapeTensor::Kind::Parameter;
-        else if (name_from(constants_, t, n)) n.module.clear();  // stays a constant, outside every module
+        else name_from(constants_, t, n);  // stays a constant, outside every module
         return add(key, n, t);
     }
 
-    int output_of(int record, const Tensor& t, const std::string& module) {
+    int output_of(int record, const Tensor& t, const TapeOp& op) {
         TapeTensor n;
         n.name = "#" + std::to_string(record);
         n.shape = t.shape();
         n.record = record;
-        n.module = module;
+        n.module = op.module, n.layer = op.layer;
         return add(Key{t.data(), t.numel()}, n, t);
     }
 
@@ -95,12 +102,13 @@ public:
 
 private:
     // Names n after the tensor of `named` whose memory holds t ("W[8:24]" for a block of its rows).
-    static bool name_from(const ParamList& named, const Tensor& t, TapeTensor& n) {
-        for (const NamedTensor& p : named) {
+    static bool name_from(const std::vector<GraphParameter>& named, const Tensor& t, TapeTensor& n) {
+        for (const GraphParameter& g : named) {
+            const NamedTensor& p = g.param;
             const real* base = p.tensor.data();
             if (t.data() < base || t.data() + t.numel() > base + p.tensor.numel()) continue;
             n.name = p.name;
-            n.module = module_of(p.name);
+            n.module = g.module, n.layer = g.layer;
             if (t.numel() != p.tensor.numel()) {  // a block of rows, as Tensor::rows gives
                 const std::int64_t row = p.tensor.numel() / p.tensor.size(0), first = (t.data() - base) / row;
                 n.name += "[" + std::to_string(first) + ":" + std::to_string(first + t.numel() / row) + "]";
@@ -122,8 +130,8 @@ private:
     }
 
     TapeGraph& g_;
-    const ParamList& params_;
-    const ParamList& constants_;
+    const std::vector<GraphParameter>& params_;
+    const std::vector<GraphParameter>& constants_;
     std::map<Key, int> index_;
     std::vector<Tensor> handles_;
 };
@@ -173,13 +181,13 @@ Tensor step_loss(Transformer& model, const std::vector<std::int32_t>& src_ids, c
 
 TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_t>& src_ids,
                                const std::vector<std::int32_t>& tgt_ids, const TapeStepOptions& options) {
-    const ParamList params = unique_parameters(model.parameters());
-    zero_grads(params);
+    const std::vector<GraphParameter> params = graph_parameters(model);
+    zero_grads(unique_parameters(model.parameters()));
     Tensor loss = step_loss(model, src_ids, tgt_ids, options);
     TapeGraph g;
     g.loss = loss.item();
-    ParamList constants;
-    if (model.config.positional == PositionalKind::Sinusoidal) constants.push_back({"positional.table", model.positional.table});
+    std::vector<GraphParameter> constants;
+    if (model.config.positional == PositionalKind::Sinusoidal) constants.push_back({{"positional.table", model.positional.table}, "", ""});
     GraphBuilder b(g, params, constants);
     const std::vector<TapeRecord>& records = tape().records();
     for (std::size_t r = 0; r < records.size(); ++r) {
@@ -193,11 +201,12 @@ TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_
             op.inputs.push_back(t);
             op.input_shapes.push_back(in.shape());
             const TapeTensor& n = g.tensors[t];
-            if (n.kind == TapeTensor::Kind::Parameter && op.module.empty()) op.module = n.module;
+            if (n.kind == TapeTensor::Kind::Parameter && op.module.empty()) op.module = n.module, op.layer = n.layer;
             if (n.record > latest) latest = n.record;
         }
-        if (op.module.empty() && latest >= 0) op.module = g.ops[latest].module;  // ops without parameters: their input's
-        op.output = b.output_of(int(r), rec.out, op.module);
+        if (op.module.empty() && latest >= 0)  // ops without parameters: their input's
+            op.module = g.ops[latest].module, op.layer = g.ops[latest].layer;
+        op.output = b.output_of(int(r), rec.out, op);
         g.ops.push_back(op);
     }
     g.tensors[g.ops.back().output].kind = TapeTensor::Kind::Loss;
@@ -309,7 +318,7 @@ const char* fill(TapeTensor::Kind k) {
 std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
     if (!collapse.empty() && collapse != "layer" && collapse != "module")
         throw std::invalid_argument("--collapse: '" + collapse + "' is not one of: layer, module");
-    auto cluster_of = [&](const std::string& module) { return collapse == "layer" ? layer_of(module) : collapse == "module" ? module : ""; };
+    auto cluster_of = [&](const auto& x) { return collapse == "layer" ? x.layer : collapse == "module" ? x.module : ""; };
     std::map<std::string, std::vector<std::string>> clusters;  // cluster name -> its node statements
     std::vector<std::string> top, edges;
     for (std::size_t t = 0; t < g.tensors.size(); ++t) {
@@ -324,14 +333,14 @@ std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
         const std::string stmt = "t" + std::to_string(t) + " [shape=record, style=filled, fillcolor=" + fill(n.kind) +
                                  ", label=\"" + label + "\"];";
         // parameters and constants are drawn outside the clusters when collapsing by layer, beside their layer's ops
-        const std::string c = n.kind == TapeTensor::Kind::Constant ? "" : cluster_of(n.module);
+        const std::string c = n.kind == TapeTensor::Kind::Constant ? "" : cluster_of(n);
         (c.empty() ? top : clusters[c]).push_back(stmt);
     }
     for (std::size_t r = 0; r < g.ops.size(); ++r) {
         const TapeOp& op = g.ops[r];
         const std::string stmt = "op" + std::to_string(r) + " [shape=ellipse, style=filled, fillcolor=lightgrey, label=\"#" +
                                  std::to_string(r) + " " + op.op + "\"];";
-        const std::string c = cluster_of(op.module);
+        const std::string c = cluster_of(op);
         (c.empty() ? top : clusters[c]).push_back(stmt);
         for (int in : op.inputs) edges.push_back("t" + std::to_string(in) + " -> op" + std::to_string(r) + ";");
         edges.push_back("op" + std::to_string(r) + " -> t" + std::to_string(op.output) + ";");

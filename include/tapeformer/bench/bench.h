@@ -9,6 +9,8 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tapeformer/blas.h"
 #include "tapeformer/config.h"
@@ -53,10 +55,12 @@ class Transformer;
 
 // Matmul FLOPs (2·MAC) of one forward pass of `model` on a full padded batch of B sentences of S source and
 // T target positions: twice the multiply-adds that summarize() (summary.h) counts on the model's own
-// forward, by stack (out_proj: what lies outside the encoder and decoder). The numbers of torch_ref.py's
-// flops_forward.
+// forward, in total and by the model's parts as its module walk names them ("encoder", "decoder", and
+// "generator", the output projection: torch_ref.py's flops_forward calls it "out_proj").
 struct ForwardFlops {
-    double encoder = 0, decoder = 0, out_proj = 0, total = 0;
+    double total = 0;
+    std::vector<std::pair<std::string, double>> by_stack;  // the parts that compute, in the order data reaches them
+    double of(const std::string& stack) const;              // 0 for a part that computes nothing
 };
 ForwardFlops forward_flops(Transformer& model, std::int64_t B, std::int64_t S, std::int64_t T);
 

@@ -24,6 +24,10 @@ ParamList unique_parameters(const ParamList& params);
 
 // ---- probes: what a forward pass shows to whoever listens ------------------------------------------------
 
+// Which of the model's two inputs a section of the forward runs over: the source sentence (S positions) or
+// the target (T positions: the decoder's input, then the logits over it).
+enum class Input { Source, Target };
+
 // A listener to one forward pass. Modules report named intermediates at the points the lessons name —
 // "qkv", "q", "k", "v", "scores", "mask", "weights", "context", "merge", "out_proj", "ffn_hidden", "add_norm",
 // ... — together with the module that computed them (named by the module walk below). The tensors are the
@@ -33,6 +37,11 @@ public:
     virtual ~ForwardObserver() = default;
     // `module` of type `type` (its kType; a module and its first member share an address) reports `value`.
     virtual void probe(const void* module, const char* type, const char* name, const Tensor& value) = 0;
+    // The model enters one of its sections ("encoder", "decoder", "output"), running over `input`'s positions:
+    // what follows until the next section belongs to it. Listeners that do not care leave it.
+    virtual void section(const char* name, Input input) {
+        (void)name, (void)input;
+    }
 };
 
 // How one forward pass runs. Passed down through every module's forward().
@@ -51,6 +60,10 @@ struct Pass {
     void probe(const M* module, const char* name, const Tensor& value) const {
         if (observer) observer->probe(module, M::kType, name, value);
     }
+    // The model enters a section (ForwardObserver::section).
+    void section(const char* name, Input input) const {
+        if (observer) observer->section(name, input);
+    }
 };
 
 // ---- the module walk: each module names its parameters and parts once ----------------------------------
@@ -64,6 +77,9 @@ struct ModuleEntry {
     std::string type;     // "MultiHeadAttention"
     std::string role;     // what its parent uses it for ("causal self-attention"); "" when the type says it
     int depth = 0;        // 0: the root
+    std::string stack;    // the root's part it lies in, its name's first word: "encoder" for the above; "" for the root
+    int layer = -1;       // the index of the layer it is or lies in (ModuleWalk::layers); −1 outside the layers
+    std::string layer_name;  // that layer's name: "encoder.layers.0"; "" outside the layers
     const void* module = nullptr;
     std::vector<std::size_t> parameters;  // indices into the walk's parameter list: its own and its parts'
 };
@@ -89,6 +105,16 @@ public:
         m.visit(*this);
         leave();
     }
+    // The layers of a stack, a list of parts named "<stack>.layers.<i>" (PyTorch's ModuleList): every module
+    // in layer i, the layer included, knows its index and the layer's name (ModuleEntry::layer, layer_name).
+    template <class M>
+    void layers(const std::string& stack, const std::vector<M>& list) {
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            enter(stack + ".layers." + std::to_string(i), M::kType, "", &list[i], false, int(i));
+            list[i].visit(*this);
+            leave();
+        }
+    }
     // A parameter of the module being visited (an undefined tensor is left out).
     void parameter(const std::string& name, const Tensor& t);
 
@@ -101,7 +127,7 @@ private:
         std::string param_prefix;  // what the module's parameter names start with
     };
     std::vector<Open> open_;
-    void enter(const std::string& name, const char* type, const char* role, const void* module, bool flat);
+    void enter(const std::string& name, const char* type, const char* role, const void* module, bool flat, int layer = -1);
     void leave();
 };
 

@@ -16,6 +16,7 @@ struct SummaryRow {
     int depth = 0;            // 0: the model; 1: a stack's part (embedding, layer); 2: a layer's part
     std::string name;         // the parameter prefix users see in checkpoints ("encoder.layers.0.self_attn")
     std::string kind;         // the module's type: "MultiHeadAttention", "FeedForward", ...
+    std::string stack;        // the model's part it lies in, as the module walk names it: "encoder", "generator"
     Shape output;             // for the batch asked for
     std::int64_t params = 0;  // values of this module's own parameters (with its children's)
     bool shared = false;      // its parameters are another module's (tied embeddings): not counted again

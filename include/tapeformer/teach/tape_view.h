@@ -20,7 +20,8 @@ struct TapeTensor {
     std::string name;           // parameter name ("encoder.layers.0.norm1.weight"), "#12" for a record's output
     Shape shape;
     int record = -1;            // the record that produced it (activations and the loss)
-    std::string module;         // the module it belongs to ("encoder.layers.0.self_attn"), "" when none
+    std::string module;         // the module the walk lists it under ("encoder.layers.0.self_attn"), "" when none
+    std::string layer;          // the layer that module lies in ("encoder.layers.0"), "" outside the layers
     double value_norm = 0;
     std::vector<double> first_values;  // up to 4
     bool has_grad = false;             // after backward
@@ -33,7 +34,7 @@ struct TapeOp {
     std::vector<int> inputs;       // indices into TapeGraph::tensors
     std::vector<Shape> input_shapes;  // as the op saw them (a view may have another shape than its tensor)
     int output = -1;
-    std::string module;            // of its parameters, or else of its latest input
+    std::string module, layer;     // of its parameters, or else of its latest input
     bool has_backward = true;
 };
 
