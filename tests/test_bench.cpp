@@ -10,6 +10,7 @@
 #include "tapeformer/bench/bench.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/pool.h"
+#include "helpers.h"
 
 using namespace tf;
 
@@ -76,14 +77,7 @@ TEST_CASE("bench train: rates, FLOP/s and phases follow from the step time and t
     CHECK(sum_of(r.phase_ms) >= 0.5 * r.ms_per_step);
     // torch_ref.py's flops_forward, by hand: per encoder layer
     // 2·24·16·48 + 2·24·16·16 + 4·4·36·16 + 4·24·16·32 = 36864 + 12288 + 9216 + 49152.
-    tf::ModelConfig c;  // tiny()'s model
-    c.src_vocab = c.tgt_vocab = 40;
-    c.d_model = 16;
-    c.heads = 2;
-    c.ffn = 32;
-    c.enc_layers = c.dec_layers = 1;
-    c.max_len = 16;
-    tf::Transformer model(c);
+    tf::Transformer model(tf_test::tiny_model_config(40, 16, 2, 32, 1, 1, 16));  // tiny()'s model
     const ForwardFlops fl = forward_flops(model, o.batch, o.src_len, o.tgt_len);
     CHECK(fl.of("encoder") == Approx(36864 + 12288 + 9216 + 49152));
     REQUIRE(fl.by_stack.size() == 3);  // the parts that compute, named by the module walk, in data order

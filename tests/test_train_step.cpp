@@ -10,19 +10,11 @@
 
 #include "tapeformer/run/train.h"
 #include "tapeformer/run/train_step.h"
+#include "helpers.h"
 
 namespace {
 
-tf::ModelConfig tiny_model() {
-    tf::ModelConfig m;
-    m.src_vocab = m.tgt_vocab = 12;
-    m.d_model = 8;
-    m.heads = 2;
-    m.ffn = 16;
-    m.enc_layers = m.dec_layers = 1;
-    m.max_len = 16;
-    return m;
-}
+tf::ModelConfig tiny_model() { return tf_test::tiny_model_config(12, 8, 2, 16, 1, 1, 16); }  // V, C, H, F, layers, positions
 
 // Two rows; pad = 0, BOS = 1, EOS = 2, words from 4.
 struct TinyBatch {
