@@ -53,6 +53,8 @@ TEST_CASE("heads: specs are parsed, and every malformed or missing head is named
     CHECK_THAT(error("E:0:4"), Catch::Contains("heads 0..3"));
     CHECK_THAT(error("E:0"), Catch::Contains("KIND:layer:head"));
     CHECK_THAT(error("E:0:-1"), Catch::Contains("number >= 0"));
+    for (const char* spec : {"E:+0:1", "E:0: 1", "E:0:1x", "E:0:99999999999"})  // only digits, and no overflow
+        CHECK_THAT(error(spec), Catch::Contains("must be a number >= 0, got"));
     CHECK_THAT(error("E:0:1,,A:0:0"), Catch::Contains("empty item"));
     CHECK_THAT(error(""), Catch::Contains("names no head"));
     CHECK(tf::parse_head_kinds("A,E,A") == std::vector<tf::HeadKind>{tf::HeadKind::A, tf::HeadKind::E});

@@ -2,9 +2,12 @@
 #include "cli/commands.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +17,7 @@
 
 #include "tapeformer/blas.h"
 #include "tapeformer/data/text.h"
+#include "tapeformer/decode.h"
 #include "tapeformer/study/heads.h"
 #include "tapeformer/io.h"
 #include "tapeformer/number_text.h"
@@ -267,6 +271,62 @@ void check_subcommand_name(const CLI::App& app, int argc, const char* const* arg
         }
         level = found;
     }
+}
+
+CLI::Validator number_above(double lo, bool strict) {
+    const std::string bound = (strict ? "> " : ">= ") + CLI::detail::to_string(lo);
+    return CLI::Validator(
+        [lo, strict, bound](std::string& text) -> std::string {
+            double x = 0;
+            if (!CLI::detail::lexical_cast(text, x)) return "'" + text + "' is not a number";
+            // inf would be accepted by the bound but cannot be stored in run.json (JSON has no infinity).
+            if (!std::isfinite(x)) return "must be a finite number, got " + text;
+            if (strict ? x > lo : x >= lo) return {};
+            return "must be " + bound + ", got " + text;
+        },
+        lo == 0 ? (strict ? "POSITIVE" : "NONNEGATIVE") : bound);
+}
+
+void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& batch_tokens) {
+    cmd.add_option("--beam", options.beam, "Beam size K: hypotheses kept per sentence (1 = greedy)")
+        ->check(number_above(0, true))
+        ->capture_default_str();
+    cmd.add_option("--length-penalty", options.length_penalty,
+                   "GNMT length penalty alpha: a finished hypothesis ranks by log p / ((5 + len) / 6)^alpha "
+                   "(0 = none; only matters with --beam > 1)")
+        ->check(number_above(0, false))
+        ->capture_default_str();
+    cmd.add_option("--max-len", options.max_len_abs,
+                   "Longest output in tokens, whatever the source length (the model's max_len caps it too)")
+        ->check(number_above(0, true))
+        ->capture_default_str();
+    cmd.add_option("--max-len-ratio", options.max_len_ratio,
+                   "Output cap relative to the source: at most ratio * source tokens + --max-len-offset")
+        ->check(number_above(0, true))
+        ->capture_default_str();
+    cmd.add_option("--max-len-offset", options.max_len_offset, "Tokens added to the relative output cap")
+        ->check(number_above(0, false))
+        ->capture_default_str();
+    cmd.add_option("--batch-tokens", batch_tokens,
+                   "Source tokens per batch (sentences are sorted by length and packed up to this budget)")
+        ->check(number_above(0, true))
+        ->capture_default_str();
+}
+
+std::function<void(std::int64_t, std::int64_t)> terminal_progress(const std::string& what) {
+    if (!isatty(STDERR_FILENO)) return nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    return [what, start](std::int64_t done, std::int64_t total) {
+        constexpr int kWidth = 30;
+        const double fraction = total > 0 ? double(done) / double(total) : 1.0;
+        const int filled = static_cast<int>(fraction * kWidth);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "\r%s [%s%s] %lld/%lld sentences, %.1f s", what.c_str(), std::string(filled, '#').c_str(),
+                     std::string(kWidth - filled, '.').c_str(), static_cast<long long>(done),
+                     static_cast<long long>(total), seconds);
+        if (done >= total) std::fputc('\n', stderr);
+        std::fflush(stderr);
+    };
 }
 
 TF_NAMESPACE_END

@@ -2,9 +2,12 @@
 #include "tapeformer/study/head_ids.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include "tapeformer/number_text.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -23,16 +26,11 @@ std::string HeadId::str() const { return std::string(1, to_char(kind)) + ":" + s
 namespace {
 
 int parse_index(const std::string& item, const std::string& text, const char* what) {
-    std::size_t used = 0;
-    int value = -1;
-    try {
-        value = std::stoi(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used == 0 || used != text.size() || value < 0)
+    long long value = -1;
+    const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!digits || read_integer(text, value) != NumberRead::ok || value > std::numeric_limits<int>::max())
         throw std::invalid_argument("head '" + item + "': the " + what + " must be a number >= 0, got '" + text + "'");
-    return value;
+    return int(value);
 }
 
 HeadKind parse_kind(const std::string& kind, const std::string& where) {
