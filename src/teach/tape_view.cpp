@@ -206,6 +206,7 @@ TapeGraph graph_of_tape(Tensor& output, const ParamList& named, const ParamList&
             for (std::size_t i = 0; i < rec.in.size(); ++i)
                 if (rec.in[i].requires_grad()) {
                     const int t = g.ops[r].inputs[i];
+                    if (std::find(filled.begin(), filled.end(), t) != filled.end()) continue;  // a*a: one tensor, listed once
                     const real* grad = static_cast<const Tensor&>(b.handle(t)).grad();
                     filled.push_back(t);
                     norms.push_back(norm_of(grad, b.handle(t).numel()));
@@ -256,7 +257,8 @@ std::string format_tape(const TapeGraph& g, bool step_backward) {
         if (!n.has_grad) return value;
         return value + std::string(out_width - value.size(), ' ') + "   grad " + number(n.first_grads[0]);
     };
-    o << "forward: " << g.ops.size() << " records, in the order they were recorded (src/autograd.cpp record())\n";
+    o << "forward: " << g.ops.size() << (g.ops.size() == 1 ? " record" : " records")
+      << ", in the order they were recorded (src/autograd.cpp record())\n";
     int width = 0, in_width = 0;  // of the op names' and the inputs' columns: the longest on this tape
     std::vector<std::string> inputs;
     for (const TapeOp& op : g.ops) {
