@@ -444,7 +444,7 @@ std::string backward_twice_report(Transformer& model, const std::vector<std::int
     }
     o << (worst < 1e-4 ? "every gradient doubled" : "NOT every gradient doubled")
       << ": backward adds (+=) into a gradient that holds one (only the first contribution after zero_grad() is "
-         "written, over zeros) — which is why each training step ends with zero_grad() (src/run/train_step.cpp)\n";
+         "written, over zeros) — which is why a training step calls zero_grad() before its backward (src/run/train_step.cpp)\n";
     zero_grads(params);
     return o.str();
 }
