@@ -75,10 +75,10 @@ void add_tape_command(CLI::App& app) {
         "          tapeformer tape --step-backward --backward-twice\n"
         "          tapeformer tape --expr \"tanh(a*b + c)\" --set a=2,b=-3,c=10 --step-backward --dot graph.dot");
     cmd->add_option("--expr", opt->expr,
-                    "A first graph instead of a model: an expression of numbers and variables with + - * / ^ (a constant\n"
-                    "exponent), unary minus, parentheses and the functions tanh, sigmoid, exp, log, relu, e.g.\n"
-                    "\"tanh(a*b + c)\"; each variable needs a value from --set. Goes with --set, --dot, --step-backward\n"
-                    "and --forward-only only");
+                    "A first graph instead of a model: an expression of numbers and variables with + - * /,\n"
+                    "^ (a constant exponent), unary minus, parentheses and tanh, sigmoid, exp, log, relu,\n"
+                    "e.g. \"tanh(a*b + c)\"; each variable needs a value from --set. Goes with --set, --dot,\n"
+                    "--step-backward and --forward-only only; the DOT shows each value and gradient");
     cmd->add_option("--set", opt->set, "With --expr: the variables' values, name=value separated by commas: a=2,b=-3,c=10");
     cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train` instead of the tiny model");
     cmd->add_option("--src", opt->src, "The source sentence of the step")->capture_default_str();
