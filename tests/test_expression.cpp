@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -204,6 +205,15 @@ TEST_CASE("expression: tape --expr prints the graph, writes DOT, and reports bad
     CHECK(text.find("tanh(a*b + c) = 0.999329") != std::string::npos);
     CHECK(text.find("backward, record by record") != std::string::npos);
     CHECK(read_all(dot).rfind("digraph tape {", 0) == 0);
+    // Laid out by Graphviz, micrograd's graph fits a 4:3 slide (10 × 7.5 inches) at its natural size.
+    if (!tool_missing("dot", "the DOT's size on a slide is not checked")) {
+        const std::string plain = tmp / "g.plain";
+        REQUIRE(std::system(("dot -Tplain " + shell_quote(dot) + " -o " + shell_quote(plain)).c_str()) == 0);
+        double scale = 0, width = 0, height = 0;
+        REQUIRE(std::sscanf(read_all(plain).c_str(), "graph %lf %lf %lf", &scale, &width, &height) == 3);
+        CHECK(width <= 10);
+        CHECK(height <= 7.5);
+    }
     REQUIRE(run("--expr 'a*a' --set a=3 --forward-only") == 0);
     CHECK(read_all(out).find("backward: not run") != std::string::npos);
     const std::vector<std::pair<std::string, std::string>> bad = {

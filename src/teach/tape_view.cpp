@@ -395,7 +395,7 @@ std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
     }
     std::ostringstream o;
     o << "digraph tape {\n"
-      << (numbers ? "  rankdir=TB;\n" : "  rankdir=LR;\n")
+      << (numbers ? "  rankdir=TB;\n  ranksep=0.25;\n  nodesep=0.3;\n" : "  rankdir=LR;\n")  // a first graph: one slide
       << "  fontname=\"Helvetica\";\n"
       << "  node [fontname=\"Helvetica\", fontsize=10];\n"
       << "  label=\"" << escape_quoted(g.title)
