@@ -314,7 +314,7 @@ Tensor sum_all(const Tensor& a) {
     return reduce_axis("sum_all", a.reshape(Shape{a.numel()}), 0, false, false);
 }
 
-// ---- relu, gelu ---------------------------------------------------------------------------------------------
+// ---- relu, gelu, tanh, sigmoid, exp, log, pow ------------------------------------------------------------
 
 namespace {
 
@@ -351,6 +351,35 @@ Tensor gelu(const Tensor& a) {
                      real pdf = std::exp(real(-0.5) * x * x) * real(0.5 * M_2_SQRTPI * M_SQRT1_2);
                      return cdf + x * pdf;
                  });
+}
+
+Tensor tanh(const Tensor& a) {
+    // tanh'(x) = 1 − tanh²(x) = 1 / cosh²(x): the second form keeps its digits where tanh(x) is near ±1 and
+    // 1 − tanh² would cancel (at x = 4, float's 1 − tanh² is off in the 4th digit), and tends to 0 as cosh → ∞.
+    return unary("tanh", a, [](real x) { return std::tanh(x); },
+                 [](real x) {
+                     const real c = std::cosh(x);
+                     return real(1) / (c * c);
+                 });
+}
+
+Tensor sigmoid(const Tensor& a) {
+    // σ'(x) = σ(x) (1 − σ(x))
+    auto s = [](real x) { return real(1) / (real(1) + std::exp(-x)); };
+    return unary("sigmoid", a, s, [s](real x) { return s(x) * (real(1) - s(x)); });
+}
+
+Tensor exp(const Tensor& a) {
+    return unary("exp", a, [](real x) { return std::exp(x); }, [](real x) { return std::exp(x); });  // (eˣ)' = eˣ
+}
+
+Tensor log(const Tensor& a) {
+    return unary("log", a, [](real x) { return std::log(x); }, [](real x) { return real(1) / x; });  // (ln x)' = 1/x
+}
+
+Tensor pow(const Tensor& a, real p) {
+    // (xᵖ)' = p xᵖ⁻¹
+    return unary("pow", a, [p](real x) { return std::pow(x, p); }, [p](real x) { return p * std::pow(x, p - 1); });
 }
 
 // ---- additive attention scores ---------------------------------------------------------------------------

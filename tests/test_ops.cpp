@@ -274,6 +274,16 @@ TEST_CASE("ops: gelu is x·Φ(x) with the exact erf", "[ops]") {
     CHECK(double(g[1]) == Approx(-0.15865525393145707).epsilon(1e-6));
 }
 
+TEST_CASE("ops: tanh, sigmoid, exp, log and pow at values known by heart", "[ops]") {
+    Tensor x = Tensor::from({0, 1, 4}, {3});
+    check_close(tf::tanh(x).to_vector(), {0, 0.7615941559557649, 0.999329299739067}, 1e-6, 1e-7);
+    check_close(tf::sigmoid(x).to_vector(), {0.5, 0.7310585786300049, 0.9820137900379085}, 1e-6, 1e-7);
+    check_close(tf::exp(x).to_vector(), {1, 2.718281828459045, 54.598150033144236}, 1e-6, 1e-7);
+    check_close(tf::log(Tensor::from({1, 2.718281828459045, 0.5}, {3})).to_vector(), {0, 1, -0.6931471805599453}, 1e-6, 1e-7);
+    check_close(tf::pow(Tensor::from({2, 3, 4}, {3}), 2).to_vector(), {4, 9, 16}, 1e-6, 0);
+    check_close(tf::pow(Tensor::from({4, 9}, {2}), real(0.5)).to_vector(), {2, 3}, 1e-6, 0);
+}
+
 // ---- softmax, log_softmax -----------------------------------------------------------------------------------------------
 
 TEST_CASE("ops: softmax values and rows summing to 1", "[ops]") {

@@ -1,6 +1,6 @@
 // `tapeformer tape`: the tape of one training step (tape_view.h) — the records in order, the order backward
 // visits them, optionally what each backward record filled, the graph as Graphviz DOT, and the lesson that
-// gradients accumulate.
+// gradients accumulate. With --expr, the same for a first graph of a few numbers (expression.h).
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/io.h"
+#include "tapeformer/teach/expression.h"
 #include "tapeformer/teach/tape_view.h"
 
 TF_NAMESPACE_BEGIN
@@ -16,7 +17,7 @@ TF_NAMESPACE_BEGIN
 namespace {
 
 struct TapeCommandOptions {
-    std::string model_dir, src = "a b c", tgt = "c b a", dot, collapse;
+    std::string model_dir, src = "a b c", tgt = "c b a", dot, collapse, expr, set;
     bool step_backward = false, backward_twice = false, forward_only = false;
     std::int64_t d_model = 8, heads = 2, ffn = 16, layers = 1;
     std::uint64_t seed = 1;
@@ -28,6 +29,36 @@ std::vector<std::int32_t> ids_of(const Tokenizer& t, const std::string& text, co
     return t.encode(line);
 }
 
+// --expr: the first graph. Errors name the flag they come from: "tape --expr: unexpected ')' at column 7".
+void run_expression(const TapeCommandOptions& opt) {
+    Expr e;
+    Assignments values;
+    try {
+        e = parse_expression(opt.expr);
+    } catch (const std::invalid_argument& err) {
+        throw std::runtime_error(std::string("tape --expr: ") + err.what());
+    }
+    try {
+        values = opt.set.empty() ? Assignments{} : parse_assignments(opt.set);
+        check_assignments(e, values);
+    } catch (const std::invalid_argument& err) {
+        throw std::runtime_error(std::string("tape --set: ") + err.what());
+    }
+    TapeGraph g;
+    try {
+        g = record_expression(e, values, !opt.forward_only);
+    } catch (const std::invalid_argument& err) {
+        throw std::runtime_error(std::string("tape --expr: ") + err.what());
+    }
+    std::cout << "tape: " << g.title << ", each number a one-element tensor, through the ops and the tape a Transformer uses\n\n"
+              << format_tape(g, opt.step_backward);
+    if (!opt.dot.empty()) {
+        write_file_atomic(opt.dot, tape_dot(g, ""));
+        std::cout << "\nwrote " << opt.dot << " (" << g.tensors.size() << " values, " << g.ops.size()
+                  << " ops; render: dot -Tsvg " << opt.dot << " -o graph.svg)\n";
+    }
+}
+
 }  // namespace
 
 void add_tape_command(CLI::App& app) {
@@ -37,9 +68,18 @@ void add_tape_command(CLI::App& app) {
         "Record one training step (forward with dropout, label-smoothed loss) of a tiny model — 1+1 layers, C 8,\n"
         "2 heads, a word vocabulary of the two sentences — or of --model DIR, and print the tape: every record's\n"
         "op, inputs and output shape in the order recorded, then the order backward visits them.\n"
+        "With --expr, a first graph instead: an expression of a few numbers (micrograd's size) through the same\n"
+        "ops and tape, each record printed with its value and gradient.\n"
         "Examples: tapeformer tape\n"
         "          tapeformer tape --dot tape.dot --collapse layer && dot -Tsvg tape.dot -o tape.svg\n"
-        "          tapeformer tape --step-backward --backward-twice");
+        "          tapeformer tape --step-backward --backward-twice\n"
+        "          tapeformer tape --expr \"tanh(a*b + c)\" --set a=2,b=-3,c=10 --step-backward --dot graph.dot");
+    cmd->add_option("--expr", opt->expr,
+                    "A first graph instead of a model: an expression of numbers and variables with + - * /,\n"
+                    "^ (a constant exponent), unary minus, parentheses and tanh, sigmoid, exp, log, relu,\n"
+                    "e.g. \"tanh(a*b + c)\"; each variable needs a value from --set. Goes with --set, --dot,\n"
+                    "--step-backward and --forward-only only; the DOT shows each value and gradient");
+    cmd->add_option("--set", opt->set, "With --expr: the variables' values, name=value separated by commas: a=2,b=-3,c=10");
     cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train` instead of the tiny model");
     cmd->add_option("--src", opt->src, "The source sentence of the step")->capture_default_str();
     cmd->add_option("--tgt", opt->tgt, "The target sentence of the step")->capture_default_str();
@@ -61,6 +101,17 @@ void add_tape_command(CLI::App& app) {
     cmd->add_option("--seed", opt->seed, "Seed of the tiny model's weights and of the step's dropout")->capture_default_str();
     cmd->callback([opt, cmd]() {
         if (!opt->dot.empty()) check_output_path(opt->dot, "--dot", {opt->model_dir});
+        if (cmd->count("--set") && !cmd->count("--expr")) throw std::runtime_error("--set: needs --expr");
+        if (cmd->count("--expr")) {
+            for (const char* flag : {"--model", "--src", "--tgt", "--collapse", "--backward-twice", "--d-model", "--heads", "--ffn",
+                                     "--layers", "--seed"})
+                if (cmd->count(flag)) throw std::runtime_error(std::string(flag) + ": is for a model's tape, not for --expr");
+            if (opt->forward_only && opt->step_backward)
+                throw std::runtime_error("--forward-only: cannot go with --step-backward");
+            run_expression(*opt);
+            command_exit_code() = 0;
+            return;
+        }
         if (!opt->collapse.empty() && opt->dot.empty()) throw std::runtime_error("--collapse: needs --dot FILE");
         if (opt->forward_only && (opt->step_backward || opt->backward_twice))
             throw std::runtime_error("--forward-only: cannot go with --step-backward or --backward-twice");

@@ -53,9 +53,15 @@ Tensor sum(const Tensor& a, int axis, bool keepdim = false);
 Tensor mean(const Tensor& a, int axis, bool keepdim = false);
 Tensor sum_all(const Tensor& a);                              // a one-element tensor of shape ()
 
-// ---- activations ------------------------------------------------------------------------------------
+// ---- activations and elementwise functions ------------------------------------------------------------------------------------
 Tensor relu(const Tensor& a);
 Tensor gelu(const Tensor& a);  // exact: x · Φ(x) = 0.5 x (1 + erf(x / √2)), PyTorch's default
+// The textbook functions of a first graph (`tapeformer tape --expr`, micrograd's tanh(a*b + c)), elementwise.
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);        // σ(x) = 1 / (1 + e^(−x))
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);            // natural logarithm; −inf at 0, NaN below, as std::log
+Tensor pow(const Tensor& a, real p);    // a^p for a constant exponent p
 
 // ---- normalisation over the last axis -----------------------------------------------------------------
 // softmax(a + mask) over the last axis. mask (optional, undefined = none) is added before the softmax and

@@ -115,10 +115,16 @@ void check_reductions(OpChecks& c) {
     c.check("sum_all", [](auto& x) { return sum_all(x[0]); }, {c.rnd({2, 3, 4})});
 }
 
-// The FFN's activations.
+// The FFN's activations, and the elementwise functions of a first graph (tape --expr).
 void check_activations(OpChecks& c) {
     c.check("relu", [](auto& x) { return relu(x[0]); }, {c.rnd({3, 7})});
     c.check("gelu", [](auto& x) { return gelu(x[0]); }, {c.rnd({3, 7}, -3, 3)});
+    c.check("tanh", [](auto& x) { return tanh(x[0]); }, {c.rnd({3, 7}, -3, 3)});
+    c.check("sigmoid", [](auto& x) { return sigmoid(x[0]); }, {c.rnd({3, 7}, -4, 4)});
+    c.check("exp", [](auto& x) { return exp(x[0]); }, {c.rnd({3, 7}, -2, 2)});
+    c.check("log", [](auto& x) { return log(x[0]); }, {c.rnd({3, 7}, 0.5, 3)});  // away from 0, where 1/x blows up
+    c.check("pow 3", [](auto& x) { return pow(x[0], real(3)); }, {c.rnd({3, 7})});
+    c.check("pow -0.5", [](auto& x) { return pow(x[0], real(-0.5)); }, {c.rnd({3, 7}, 0.5, 2)});
 }
 
 // Softmax alone and under the two masks attention uses, and log-softmax.

@@ -30,35 +30,26 @@ std::vector<double> first_of(const real* p, std::int64_t n) {
     return out;
 }
 
-// A parameter of the graph under its name, with the module and layer the module walk lists it under (its
-// deepest module: "encoder.layers.0.ff" for "encoder.layers.0.linear1.weight").
-struct GraphParameter {
-    NamedTensor param;
+
+// Where the module walk lists each parameter: its deepest module and that module's layer, by parameter name
+// ("encoder.layers.0.linear1.weight" -> "encoder.layers.0.ff", "encoder.layers.0").
+struct Owner {
     std::string module, layer;
 };
-
-// Each distinct parameter of the model (a tied table under its first name), with its module.
-std::vector<GraphParameter> graph_parameters(const Transformer& model) {
-    const ModuleWalk walk(model);
-    std::vector<const ModuleEntry*> owner(walk.parameters.size(), &walk.modules[0]);
-    for (const ModuleEntry& e : walk.modules)  // parents before their parts: the deepest module is the last
-        for (std::size_t i : e.parameters) owner[i] = &e;
-    std::vector<GraphParameter> out;
-    for (const NamedTensor& p : unique_parameters(walk.parameters))
-        for (std::size_t i = 0; i < walk.parameters.size(); ++i)
-            if (walk.parameters[i].name == p.name) {
-                out.push_back({p, owner[i]->name, owner[i]->layer_name});
-                break;
-            }
-    return out;
+std::map<std::string, Owner> parameter_owners(const ModuleWalk& walk) {
+    std::map<std::string, Owner> owners;
+    for (const ModuleEntry& e : walk.modules)  // parents before their parts: the deepest module comes last
+        for (std::size_t i : e.parameters) owners[walk.parameters[i].name] = {e.name, e.layer_name};
+    return owners;
 }
 
 // Builds the graph from the tape's records; keeps a handle to every tensor to read gradients later.
 class GraphBuilder {
 public:
-    // params: named parameters; constants: named tensors without gradient (the sinusoidal positional table)
-    GraphBuilder(TapeGraph& g, const std::vector<GraphParameter>& params, const std::vector<GraphParameter>& constants)
-        : g_(g), params_(params), constants_(constants) {}
+    // params: named parameters (or an expression's variables); constants: named tensors without gradient (the
+    // sinusoidal positional table); owners: the modules of the parameters (none for an expression's variables)
+    GraphBuilder(TapeGraph& g, const ParamList& params, const ParamList& constants, std::map<std::string, Owner> owners)
+        : g_(g), params_(params), constants_(constants), owners_(std::move(owners)) {}
 
     int tensor_of(const Tensor& t) {
         const Key key{t.data(), t.numel()};
@@ -68,7 +59,11 @@ public:
         n.kind = TapeTensor::Kind::Constant;
         n.name = "constant";
         n.shape = t.shape();
-        if (name_from(params_, t, n)) n.kind = TapeTensor::Kind::Parameter;
+        if (name_from(params_, t, n)) {
+            n.kind = TapeTensor::Kind::Parameter;
+            if (auto it = owners_.find(n.name.substr(0, n.name.find('['))); it != owners_.end())
+                n.module = it->second.module, n.layer = it->second.layer;
+        }
         else name_from(constants_, t, n);  // stays a constant, outside every module
         return add(key, n, t);
     }
@@ -102,13 +97,11 @@ public:
 
 private:
     // Names n after the tensor of `named` whose memory holds t ("W[8:24]" for a block of its rows).
-    static bool name_from(const std::vector<GraphParameter>& named, const Tensor& t, TapeTensor& n) {
-        for (const GraphParameter& g : named) {
-            const NamedTensor& p = g.param;
+    static bool name_from(const ParamList& named, const Tensor& t, TapeTensor& n) {
+        for (const NamedTensor& p : named) {
             const real* base = p.tensor.data();
             if (t.data() < base || t.data() + t.numel() > base + p.tensor.numel()) continue;
             n.name = p.name;
-            n.module = g.module, n.layer = g.layer;
             if (t.numel() != p.tensor.numel()) {  // a block of rows, as Tensor::rows gives
                 const std::int64_t row = p.tensor.numel() / p.tensor.size(0), first = (t.data() - base) / row;
                 n.name += "[" + std::to_string(first) + ":" + std::to_string(first + t.numel() / row) + "]";
@@ -130,8 +123,9 @@ private:
     }
 
     TapeGraph& g_;
-    const std::vector<GraphParameter>& params_;
-    const std::vector<GraphParameter>& constants_;
+    const ParamList& params_;
+    const ParamList& constants_;
+    const std::map<std::string, Owner> owners_;
     std::map<Key, int> index_;
     std::vector<Tensor> handles_;
 };
@@ -179,17 +173,13 @@ Tensor step_loss(Transformer& model, const std::vector<std::int32_t>& src_ids, c
 
 }  // namespace
 
-TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_t>& src_ids,
-                               const std::vector<std::int32_t>& tgt_ids, const TapeStepOptions& options) {
-    const std::vector<GraphParameter> params = graph_parameters(model);
-    zero_grads(unique_parameters(model.parameters()));
-    Tensor loss = step_loss(model, src_ids, tgt_ids, options);
+TapeGraph graph_of_tape(Tensor& output, const ParamList& named, const ParamList& constants, bool run_backward,
+                        const ModuleWalk* walk) {
     TapeGraph g;
-    g.loss = loss.item();
-    std::vector<GraphParameter> constants;
-    if (model.config.positional == PositionalKind::Sinusoidal) constants.push_back({{"positional.table", model.positional.table}, "", ""});
-    GraphBuilder b(g, params, constants);
+    g.loss = output.item();
+    GraphBuilder b(g, named, constants, walk ? parameter_owners(*walk) : std::map<std::string, Owner>{});
     const std::vector<TapeRecord>& records = tape().records();
+    if (records.empty()) throw std::invalid_argument("tape: nothing was recorded (no op had an input that requires grad)");
     for (std::size_t r = 0; r < records.size(); ++r) {
         const TapeRecord& rec = records[r];
         TapeOp op;
@@ -210,20 +200,24 @@ TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_
         g.ops.push_back(op);
     }
     g.tensors[g.ops.back().output].kind = TapeTensor::Kind::Loss;
-    if (options.backward) {
-        backward(loss, /*keep_tape=*/true, [&](const TapeRecord& rec) {
+    if (run_backward) {
+        backward(output, /*keep_tape=*/true, [&](const TapeRecord& rec) {
             const int r = int(&rec - records.data());
             g.backward_order.push_back(r);
             std::vector<int> filled;
-            std::vector<double> norms;
+            std::vector<double> norms, first;
             for (std::size_t i = 0; i < rec.in.size(); ++i)
                 if (rec.in[i].requires_grad()) {
                     const int t = g.ops[r].inputs[i];
+                    if (std::find(filled.begin(), filled.end(), t) != filled.end()) continue;  // a*a: one tensor, listed once
+                    const real* grad = static_cast<const Tensor&>(b.handle(t)).grad();
                     filled.push_back(t);
-                    norms.push_back(norm_of(static_cast<const Tensor&>(b.handle(t)).grad(), b.handle(t).numel()));
+                    norms.push_back(norm_of(grad, b.handle(t).numel()));
+                    first.push_back(grad[0]);
                 }
             g.filled.push_back(filled);
             g.filled_norms.push_back(norms);
+            g.filled_first.push_back(first);
         });
         g.backward_done = true;
     }
@@ -232,24 +226,61 @@ TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_
     return g;
 }
 
+bool every_tensor_one_number(const TapeGraph& g) {
+    for (const TapeTensor& t : g.tensors)
+        if (t.shape.numel() != 1) return false;
+    return true;
+}
+
+TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_t>& src_ids,
+                               const std::vector<std::int32_t>& tgt_ids, const TapeStepOptions& options) {
+    const ParamList params = unique_parameters(model.parameters());
+    zero_grads(params);
+    Tensor loss = step_loss(model, src_ids, tgt_ids, options);
+    ParamList constants;
+    if (model.config.positional == PositionalKind::Sinusoidal) constants.push_back({"positional.table", model.positional.table});
+    const ModuleWalk walk(model);
+    return graph_of_tape(loss, params, constants, options.backward, &walk);
+}
+
 std::string format_tape(const TapeGraph& g, bool step_backward) {
     std::ostringstream o;
+    const bool numbers = every_tensor_one_number(g);  // write values out instead of shapes
+    auto number = [](double v) { return fmt("%.6g", v); };
     auto tensor_str = [&](int t, const Shape& seen) {
         const TapeTensor& n = g.tensors[t];
+        if (numbers) return n.name + " = " + number(n.first_values[0]);
         return n.name + " " + seen.str() + (seen != n.shape ? " (a view of " + n.shape.str() + ")" : "");
     };
-    o << "forward: " << g.ops.size() << " records, in the order they were recorded (src/autograd.cpp record())\n";
-    int width = 0;  // of the op names' column: the longest name on this tape
-    for (const TapeOp& op : g.ops) width = std::max(width, static_cast<int>(op.op.size()));
-    char buf[160];
-    for (std::size_t r = 0; r < g.ops.size(); ++r) {
-        const TapeOp& op = g.ops[r];
+    int out_width = 0;  // of a first graph's outputs' column, before their gradients
+    for (const TapeOp& op : g.ops) out_width = std::max(out_width, int(tensor_str(op.output, g.tensors[op.output].shape).size()));
+    auto output_str = [&](const TapeOp& op) {
+        const TapeTensor& n = g.tensors[op.output];
+        if (!numbers) return n.shape.str() + (op.module.empty() ? "" : "   [" + op.module + "]");
+        const std::string value = tensor_str(op.output, n.shape);
+        if (!n.has_grad) return value;
+        return value + std::string(out_width - value.size(), ' ') + "   grad " + number(n.first_grads[0]);
+    };
+    o << "forward: " << g.ops.size() << (g.ops.size() == 1 ? " record" : " records")
+      << ", in the order they were recorded (src/autograd.cpp record())\n";
+    int width = 0, in_width = 0;  // of the op names' and the inputs' columns: the longest on this tape
+    std::vector<std::string> inputs;
+    for (const TapeOp& op : g.ops) {
+        width = std::max(width, static_cast<int>(op.op.size()));
         std::string ins;
         for (std::size_t i = 0; i < op.inputs.size(); ++i) ins += (i ? ", " : "") + tensor_str(op.inputs[i], op.input_shapes[i]);
-        std::snprintf(buf, sizeof buf, "  #%-4zu %-*s  ", r, width, op.op.c_str());
-        o << buf << ins << "  ->  " << g.tensors[op.output].shape.str() << (op.module.empty() ? "" : "   [" + op.module + "]") << "\n";
+        inputs.push_back(ins);
+        in_width = std::max(in_width, static_cast<int>(ins.size()));
     }
-    o << "loss = " << fmt("%.6f", g.loss) << " (label-smoothed cross-entropy, ε = 0.1)\n";
+    char buf[160];
+    for (std::size_t r = 0; r < g.ops.size(); ++r) {
+        std::snprintf(buf, sizeof buf, "  #%-4zu %-*s  ", r, width, g.ops[r].op.c_str());
+        // the arrows of a first graph line up; a model's inputs are too long for that
+        const std::string ins = numbers ? inputs[r] + std::string(in_width - inputs[r].size(), ' ') : inputs[r];
+        o << buf << ins << "  ->  " << output_str(g.ops[r]) << "\n";
+    }
+    o << g.output_label << " = " << (numbers ? number(g.loss) : fmt("%.6f", g.loss))
+      << (g.output_note.empty() ? "" : " " + g.output_note) << "\n";
     if (!g.backward_done) {
         o << "\nbackward: not run\n";
         return o.str();
@@ -269,15 +300,23 @@ std::string format_tape(const TapeGraph& g, bool step_backward) {
     }
     if (g.backward_order.size() < g.ops.size())
         o << "  (a record is skipped when no gradient reached its output)\n";
+    if (numbers) {  // the leaves' gradients: what backward was for
+        o << "\ngradient of " << g.output_label << " with respect to each variable:\n";
+        for (const TapeTensor& n : g.tensors)
+            if (n.kind == TapeTensor::Kind::Parameter)
+                o << "  d/d" << n.name << " = " << (n.has_grad ? number(n.first_grads[0]) : "0 (no path)") << "\n";
+    }
     if (step_backward) {
-        o << "\nbackward, record by record: the gradients each one added to (+=), with their norm right after\n";
+        o << "\nbackward, record by record: the gradients each one added to (+=), "
+          << (numbers ? "with their value right after\n" : "with their norm right after\n");
         for (std::size_t i = 0; i < g.backward_order.size(); ++i) {
             const int r = g.backward_order[i];
             o << "  #" << r << " " << g.ops[r].op << ":";
             if (g.filled[i].empty()) o << " nothing (no input requires grad)";
             for (std::size_t k = 0; k < g.filled[i].size(); ++k) {
                 const TapeTensor& n = g.tensors[g.filled[i][k]];
-                o << (k ? ", " : " ") << "grad of " << n.name << " " << n.shape.str() << " |g| = " << fmt("%.4g", g.filled_norms[i][k]);
+                o << (k ? ", " : " ") << "grad of " << n.name
+                  << (numbers ? " = " + number(g.filled_first[i][k]) : " " + n.shape.str() + " |g| = " + fmt("%.4g", g.filled_norms[i][k]));
             }
             o << "\n";
         }
@@ -292,6 +331,16 @@ std::string escape_record(const std::string& s) {
     std::string out;
     for (char c : s) {
         if (std::string("{}|<>\"\\").find(c) != std::string::npos) out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+// Escapes what a quoted Graphviz string treats specially.
+std::string escape_quoted(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '"' || c == '\\') out += '\\';
         out += c;
     }
     return out;
@@ -321,15 +370,18 @@ std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
     auto cluster_of = [&](const auto& x) { return collapse == "layer" ? x.layer : collapse == "module" ? x.module : ""; };
     std::map<std::string, std::vector<std::string>> clusters;  // cluster name -> its node statements
     std::vector<std::string> top, edges;
+    const bool numbers = every_tensor_one_number(g);  // micrograd's boxes: name | data | grad, top to bottom
     for (std::size_t t = 0; t < g.tensors.size(); ++t) {
         const TapeTensor& n = g.tensors[t];
         const std::int64_t numel = n.shape.numel();
         const std::string grad = !g.backward_done ? "grad: not computed"
-                                 : n.has_grad     ? "grad: norm " + fmt("%.4g", n.grad_norm) + " " + values_str(n.first_grads, numel)
-                                                  : "grad: none (no gradient reached it)";
-        const std::string label = "{" + escape_record(n.name) + " | " + escape_record(n.shape.str()) + " | " +
-                                  escape_record("data: norm " + fmt("%.4g", n.value_norm) + " " + values_str(n.first_values, numel)) +
-                                  " | " + escape_record(grad) + "}";
+                                 : !n.has_grad    ? "grad: none (no gradient reached it)"
+                                 : numbers        ? "grad " + fmt("%.4g", n.first_grads[0])
+                                                  : "grad: norm " + fmt("%.4g", n.grad_norm) + " " + values_str(n.first_grads, numel);
+        const std::string data = numbers ? "data " + fmt("%.4g", n.first_values[0])
+                                         : "data: norm " + fmt("%.4g", n.value_norm) + " " + values_str(n.first_values, numel);
+        const std::string label = "{" + escape_record(n.name) + (numbers ? "" : " | " + escape_record(n.shape.str())) + " | " +
+                                  escape_record(data) + " | " + escape_record(grad) + "}";
         const std::string stmt = "t" + std::to_string(t) + " [shape=record, style=filled, fillcolor=" + fill(n.kind) +
                                  ", label=\"" + label + "\"];";
         // parameters and constants are drawn outside the clusters when collapsing by layer, beside their layer's ops
@@ -347,10 +399,13 @@ std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
     }
     std::ostringstream o;
     o << "digraph tape {\n"
-      << "  rankdir=LR;\n"
+      << (numbers ? "  rankdir=TB;\n  ranksep=0.25;\n  nodesep=0.3;\n" : "  rankdir=LR;\n")  // a first graph: one slide
+      << "  fontname=\"Helvetica\";\n"
       << "  node [fontname=\"Helvetica\", fontsize=10];\n"
-      << "  label=\"one training step: tensors (blue parameters, orange activations saved on the tape, green loss, white "
-         "constants) and the ops that made them, in recorded order\";\n";
+      << "  label=\"" << escape_quoted(g.title)
+      << (numbers ? "\\nblue: variables, orange: intermediate values, green: the result, white: constants\";\n"
+                  : ": tensors (blue parameters, orange activations saved on the tape, green loss, white "
+                    "constants) and the ops that made them, in recorded order\";\n");
     for (const auto& s : top) o << "  " << s << "\n";
     int k = 0;
     for (const auto& [name, stmts] : clusters) {
@@ -392,8 +447,8 @@ std::string backward_twice_report(Transformer& model, const std::vector<std::int
         o << buf;
     }
     o << (worst < 1e-4 ? "every gradient doubled" : "NOT every gradient doubled")
-      << ": backward adds (+=) into .grad, it never overwrites — which is why training calls zero_grad() before each "
-         "step (src/run/train.cpp)\n";
+      << ": backward adds (+=) into a gradient that holds one (only the first contribution after zero_grad() is "
+         "written, over zeros) — which is why a training step calls zero_grad() before its backward (src/run/train_step.cpp)\n";
     zero_grads(params);
     return o.str();
 }

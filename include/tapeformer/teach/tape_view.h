@@ -4,6 +4,8 @@
 // record's backward filled. It also writes the graph as Graphviz DOT, micrograd-style: a node per tensor
 // (name, shape, value norm and first values, gradient or "grad: not computed") and per op, coloured as
 // torchviz colours them, optionally clustered by layer or module.
+// A graph whose every tensor is one number (a first graph, expression.h's tanh(a*b + c)) is shown as
+// micrograd shows one: each value and gradient written out, the DOT top to bottom.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -44,9 +46,25 @@ struct TapeGraph {
     std::vector<int> backward_order;        // op indices in the order backward visited them (empty before backward)
     std::vector<std::vector<int>> filled;   // for each visited op (same order): tensors whose gradient it added to
     std::vector<std::vector<double>> filled_norms;  // their gradient norms right after that op's backward
+    std::vector<std::vector<double>> filled_first;  // and their first gradient values
     bool backward_done = false;
-    double loss = 0;
+    double loss = 0;                        // the output's value (the last record's: a training step's loss)
+    std::string output_label = "loss";      // how the listing's last line names it: "loss = 2.302585 (...)"
+    std::string output_note = "(label-smoothed cross-entropy, ε = 0.1)";
+    std::string title = "one training step";  // the DOT's caption
 };
+
+// The graph of what the tape holds now, ending at `output` (the last record's output, one value): tensors in
+// `named` (parameters, variables) keep their names, as do those in `constants`; others are named "#r" after the
+// record that made them, or "constant". With run_backward, backward from `output` (seed 1), noting what each
+// record's backward filled. Clears the tape. The gradients of `named` are left holding this backward's. With
+// a module walk, each parameter and each op belongs to the module (and layer) the walk lists it under.
+TapeGraph graph_of_tape(Tensor& output, const ParamList& named, const ParamList& constants, bool run_backward,
+                        const ModuleWalk* walk = nullptr);
+
+// True when every tensor of the graph is a single number: then the listing and the DOT show each value and
+// gradient itself rather than a shape, a norm and first values.
+bool every_tensor_one_number(const TapeGraph& graph);
 
 struct TapeStepOptions {
     std::string src = "a b c", tgt = "c b a";  // the sentence pair of the step (word ids of the model's vocabulary)
