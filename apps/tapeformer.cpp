@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     tf::add_tape_command(app);
     tf::add_report_command(app);
     tf::add_average_command(app);
+    tf::add_exercise_command(app);
     tf::check_integer_flags(app);
 
     try {

@@ -1,8 +1,9 @@
 // What several test files need: a scratch directory, whole files read and written, lines, shell words,
-// random values that are the same on every machine, a precision and a thread count for one case, and a
-// case that cannot run here reported as skipped.
+// random values that are the same on every machine, a precision and a thread count for one case, a case
+// that cannot run here reported as skipped, and (tapeformer_tests) one run of the executable.
 #pragma once
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 
@@ -153,5 +154,28 @@ inline float round_bf16(float x) {
     std::memcpy(&y, &u, sizeof y);
     return y;
 }
+
+#ifdef TF_CLI  // the tests that run the executable (tapeformer_tests)
+// What one run of the executable did.
+struct Run {
+    int status = -1;  // exit status; -1 if it did not exit normally (e.g. crashed)
+    std::string out, err;
+};
+
+// Runs `tapeformer --threads 1 <args>` (args already quoted as needed) with `input` on stdin; stdin, stdout
+// and stderr pass through files in `scratch`.
+inline Run run_cli(const TempDir& scratch, const std::string& args, const std::string& input = "") {
+    const std::string in = scratch / "run.stdin", out = scratch / "run.stdout", err = scratch / "run.stderr";
+    write_all(in, input);
+    const std::string command = shell_quote(TF_CLI) + " --threads 1 " + args + " <" + shell_quote(in) + " >" + shell_quote(out) +
+                                " 2>" + shell_quote(err);
+    const int raw = std::system(command.c_str());
+    Run r;
+    r.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;
+    r.out = read_all(out);
+    r.err = read_all(err);
+    return r;
+}
+#endif
 
 }  // namespace tf_test

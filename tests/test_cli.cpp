@@ -37,26 +37,6 @@ using namespace tf_test;
 
 namespace {
 
-// What one run of the executable did.
-struct Run {
-    int status = -1;  // exit status; -1 if it did not exit normally (e.g. crashed)
-    std::string out, err;
-};
-
-// Runs `tapeformer <args>` (args already quoted as needed) with `input` on stdin, in `scratch`'s files.
-Run run_cli(const TempDir& scratch, const std::string& args, const std::string& input = "") {
-    const std::string in = scratch / "run.stdin", out = scratch / "run.stdout", err = scratch / "run.stderr";
-    write_all(in, input);
-    const std::string command = shell_quote(TF_CLI) + " --threads 1 " + args + " <" + shell_quote(in) + " >" + shell_quote(out) +
-                                " 2>" + shell_quote(err);
-    const int raw = std::system(command.c_str());
-    Run r;
-    r.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;
-    r.out = read_all(out);
-    r.err = read_all(err);
-    return r;
-}
-
 // A failed run: non-zero exit and one line on stderr that contains `what`.
 void check_one_line_error(const Run& r, const std::string& what) {
     INFO("stderr: " << r.err);

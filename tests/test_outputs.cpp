@@ -32,13 +32,8 @@ using namespace tf_test;
 
 namespace {
 
-struct Run {
-    int status = -1;  // exit status; -1 if it did not exit normally (killed by a signal)
-    std::string out, err;
-};
-
 // `tapeformer <args>` with stdin from /dev/null and stdout to `out` (a shell redirection target).
-Run run_cli(const TempDir& tmp, const std::string& args, const std::string& out = "") {
+Run run_redirected(const TempDir& tmp, const std::string& args, const std::string& out = "") {
     const std::string out_file = out.empty() ? tmp / "run.stdout" : out, err = tmp / "run.stderr";
     const std::string command = shell_quote(TF_CLI) + " --threads 1 " + args + " </dev/null >" + shell_quote(out_file) +
                                 " 2>" + shell_quote(err);
@@ -146,7 +141,7 @@ TEST_CASE("outputs: a character device is written through, never replaced by a r
     }
     tf::write_file_atomic(dev, "into the device\n");
     CHECK(file_type(dev) == S_IFCHR);
-    const Run r = run_cli(tmp, "tape --dot " + shell_quote(dev));
+    const Run r = run_redirected(tmp, "tape --dot " + shell_quote(dev));
     INFO("stderr: " << r.err);
     CHECK(r.status == 0);
     CHECK(file_type(dev) == S_IFCHR);
@@ -157,7 +152,7 @@ TEST_CASE("outputs: /dev/full as an output fails with the system's reason, and s
     CHECK_THROWS_WITH(tf::write_file_atomic("/dev/full", "x"), Catch::Contains("/dev/full") && Catch::Contains("No space left on device"));
     CHECK(file_type("/dev/full") == S_IFCHR);
     TempDir tmp;
-    const Run r = run_cli(tmp, "tape --dot /dev/full");
+    const Run r = run_redirected(tmp, "tape --dot /dev/full");
     check_refused(r, "No space left on device");
     CHECK(file_type("/dev/full") == S_IFCHR);
 }
@@ -173,7 +168,7 @@ TEST_CASE("outputs: a FIFO is written through to its reader, never replaced", "[
     }
     CHECK(file_type(fifo) == S_IFIFO);
     FifoReader reader(fifo);
-    const Run r = run_cli(tmp, "tape --dot " + shell_quote(fifo));
+    const Run r = run_redirected(tmp, "tape --dot " + shell_quote(fifo));
     const std::string got = reader.wait();
     INFO("stderr: " << r.err);
     CHECK(r.status == 0);
@@ -198,7 +193,7 @@ TEST_CASE("outputs: a symbolic link is followed, its target replaced atomically 
     CHECK(tf::output_target(link) == tmp / "real/out.dot");
 
     SECTION("through the CLI") {
-        const Run r = run_cli(tmp, "tape --dot " + shell_quote(link));
+        const Run r = run_redirected(tmp, "tape --dot " + shell_quote(link));
         INFO("stderr: " << r.err);
         CHECK(r.status == 0);
         CHECK(file_type(link) == S_IFLNK);
@@ -230,11 +225,11 @@ TEST_CASE("outputs: a directory or a socket is refused, '-' is standard output",
     std::strcpy(addr.sun_path, sock.c_str());
     REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     CHECK_THROWS_WITH(tf::write_file_atomic(sock, "x"), Catch::Contains("socket"));
-    check_refused(run_cli(tmp, "tape --dot " + shell_quote(sock)), "socket");
+    check_refused(run_redirected(tmp, "tape --dot " + shell_quote(sock)), "socket");
     CHECK(file_type(sock) == S_IFSOCK);
     ::close(fd);
 
-    const Run r = run_cli(tmp, "tape --dot -");
+    const Run r = run_redirected(tmp, "tape --dot -");
     INFO("stderr: " << r.err);
     CHECK(r.status == 0);
     CHECK_THAT(r.out, Catch::StartsWith("tape: ") && Catch::Contains("digraph"));
@@ -264,17 +259,17 @@ TEST_CASE("outputs: an output may not replace an input or a file of the model di
 
     // eval --output-hyp REF: the reference, under its own name, a link to it or a hard link of it.
     for (const std::string& out : {f.tgt, link, hard})
-        check_refused(run_cli(f.tmp, "eval" + f.m() + " --src " + shell_quote(f.src) + " --ref " + shell_quote(f.tgt) +
+        check_refused(run_redirected(f.tmp, "eval" + f.m() + " --src " + shell_quote(f.src) + " --ref " + shell_quote(f.tgt) +
                                          " --output-hyp " + shell_quote(out)),
                       "is the input '" + f.tgt + "'");
-    check_refused(run_cli(f.tmp, "report" + f.m() + " --out " + shell_quote(weights)), "model.safetensors of the model directory");
-    check_refused(run_cli(f.tmp, "attention" + f.m() + " --src 'a dog' --html " + shell_quote(vocab)),
+    check_refused(run_redirected(f.tmp, "report" + f.m() + " --out " + shell_quote(weights)), "model.safetensors of the model directory");
+    check_refused(run_redirected(f.tmp, "attention" + f.m() + " --src 'a dog' --html " + shell_quote(vocab)),
                   "vocab.txt of the model directory");
-    check_refused(run_cli(f.tmp, "translate" + f.m() + " --input " + shell_quote(f.src) + " --output " + shell_quote(f.src)),
+    check_refused(run_redirected(f.tmp, "translate" + f.m() + " --input " + shell_quote(f.src) + " --output " + shell_quote(f.src)),
                   "is the input");
-    check_refused(run_cli(f.tmp, "tape" + f.m() + " --src 'a dog' --tgt 'lo karo' --dot " + shell_quote(f.dir + "/run.json")),
+    check_refused(run_redirected(f.tmp, "tape" + f.m() + " --src 'a dog' --tgt 'lo karo' --dot " + shell_quote(f.dir + "/run.json")),
                   "run.json of the model directory");
-    check_refused(run_cli(f.tmp, "heads ablate" + f.m() + " --src " + shell_quote(f.src) + " --ref " + shell_quote(f.tgt) +
+    check_refused(run_redirected(f.tmp, "heads ablate" + f.m() + " --src " + shell_quote(f.src) + " --ref " + shell_quote(f.tgt) +
                                      " --json " + shell_quote(f.src)),
                   "is the input");
     CHECK(read_all(weights) == weights_before);
@@ -283,7 +278,7 @@ TEST_CASE("outputs: an output may not replace an input or a file of the model di
     CHECK(read_all(f.src) == join_lines(kSources));
 
     // A file of the directory that training does not write is the user's to replace (report's default).
-    const Run ok = run_cli(f.tmp, "attention" + f.m() + " --src 'a dog' --tgt 'lo karo' --json " + shell_quote(f.dir + "/attention.json"));
+    const Run ok = run_redirected(f.tmp, "attention" + f.m() + " --src 'a dog' --tgt 'lo karo' --json " + shell_quote(f.dir + "/attention.json"));
     INFO("stderr: " << ok.err);
     CHECK(ok.status == 0);
 }
@@ -297,14 +292,14 @@ TEST_CASE("outputs: average --out may not replace a model it averages", "[output
     // A model directory (here one without run.json, as an earlier average is) among --checkpoints, as --out
     // under its own name or through a link: --force replaces an earlier average, never an input.
     for (const std::string& out : {f.dir, link})
-        check_refused(run_cli(f.tmp, "average --checkpoints " + shell_quote(f.dir) + " --out " + shell_quote(out) + " --force"),
+        check_refused(run_redirected(f.tmp, "average --checkpoints " + shell_quote(f.dir) + " --out " + shell_quote(out) + " --force"),
                       "model.safetensors of the model directory '" + f.dir + "'");
     CHECK(read_all(weights) == weights_before);
     CHECK(read_all(vocab) == vocab_before);
 
     // Another directory is written.
     const std::string elsewhere = f.tmp / "avg";
-    const Run ok = run_cli(f.tmp, "average --checkpoints " + shell_quote(f.dir) + " --out " + shell_quote(elsewhere));
+    const Run ok = run_redirected(f.tmp, "average --checkpoints " + shell_quote(f.dir) + " --out " + shell_quote(elsewhere));
     INFO("stderr: " << ok.err);
     CHECK(ok.status == 0);
     CHECK(fs::exists(elsewhere + "/model.safetensors"));
@@ -313,13 +308,13 @@ TEST_CASE("outputs: average --out may not replace a model it averages", "[output
 TEST_CASE("outputs: data toy replaces an existing dataset only with --force", "[outputs][cli]") {
     TempDir tmp;
     const std::string dir = tmp / "toy";
-    REQUIRE(run_cli(tmp, "data toy --out " + shell_quote(dir) + " --train 5 --valid 2 --test 2").status == 0);
+    REQUIRE(run_redirected(tmp, "data toy --out " + shell_quote(dir) + " --train 5 --valid 2 --test 2").status == 0);
     const std::string before = read_all(dir + "/train.src");
-    check_refused(run_cli(tmp, "data toy --out " + shell_quote(dir) + " --train 7 --seed 2"), "already holds train.src");
+    check_refused(run_redirected(tmp, "data toy --out " + shell_quote(dir) + " --train 7 --seed 2"), "already holds train.src");
     CHECK(read_all(dir + "/train.src") == before);
-    check_refused(run_cli(tmp, "data copy --out " + shell_quote(dir) + " --train 3"), "--force");
+    check_refused(run_redirected(tmp, "data copy --out " + shell_quote(dir) + " --train 3"), "--force");
     CHECK(read_all(dir + "/train.src") == before);
-    const Run forced = run_cli(tmp, "data toy --out " + shell_quote(dir) + " --train 7 --valid 2 --test 2 --seed 2 --force");
+    const Run forced = run_redirected(tmp, "data toy --out " + shell_quote(dir) + " --train 7 --valid 2 --test 2 --seed 2 --force");
     INFO("stderr: " << forced.err);
     CHECK(forced.status == 0);
     CHECK(split_lines(read_all(dir + "/train.src")).size() == 7);
@@ -346,7 +341,7 @@ TEST_CASE("outputs: every command that prints exits non-zero when standard outpu
     };
     for (const std::string& command : commands) {
         INFO("tapeformer " << command);
-        const Run full = run_cli(f.tmp, command, "/dev/full");
+        const Run full = run_redirected(f.tmp, command, "/dev/full");
         check_refused(full, "No space left on device");
         const Run closed = run_cli_closed_pipe(f.tmp, command);
         check_refused(closed, "Broken pipe");  // translate checks each piece as it streams, with the same words

@@ -37,7 +37,7 @@ std::size_t count(const std::string& text, const std::string& what) {
 }
 
 // `tapeformer --threads 1 <args>`; returns the exit status, stderr into *err.
-int run_cli(const TempDir& tmp, const std::string& args, std::string* err = nullptr) {
+int run_status(const TempDir& tmp, const std::string& args, std::string* err = nullptr) {
     const std::string err_path = tmp / "cli.stderr";
     const std::string command = shell_quote(TF_CLI) + " --threads 1 " + args + " </dev/null >/dev/null 2>" + shell_quote(err_path);
     const int raw = std::system(command.c_str());
@@ -58,13 +58,13 @@ std::string trained_run(const TempDir& tmp) {
     const std::string vsrc = head("valid.src", 20), vtgt = head("valid.tgt", 20);
     const std::string dir = tmp / "run";
     std::string err;
-    REQUIRE(run_cli(tmp, "train --train-src " + shell_quote(tsrc) + " --train-tgt " + shell_quote(ttgt) + " --valid-src " +
+    REQUIRE(run_status(tmp, "train --train-src " + shell_quote(tsrc) + " --train-tgt " + shell_quote(ttgt) + " --valid-src " +
                              shell_quote(vsrc) + " --valid-tgt " + shell_quote(vtgt) +
                              " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --layers 1 --batch-tokens 400"
                              " --max-len 40 --warmup 10 --max-steps 30 --log-every 5 --valid-every 15 --log-heads-every 10"
                              " --out " + shell_quote(dir),
                      &err) == 0);
-    REQUIRE(run_cli(tmp, "heads prune --model " + shell_quote(dir) + " --src " + shell_quote(vsrc) + " --ref " + shell_quote(vtgt) +
+    REQUIRE(run_status(tmp, "heads prune --model " + shell_quote(dir) + " --src " + shell_quote(vsrc) + " --ref " + shell_quote(vtgt) +
                              " --order random --step 50% --json " + shell_quote(dir + "/prune.json"),
                      &err) == 0);
     return dir;
@@ -101,7 +101,7 @@ TEST_CASE("report: every section is drawn from a run's files, nothing is fetched
     TempDir tmp("report");
     const std::string dir = trained_run(tmp);
     std::string err;
-    REQUIRE(run_cli(tmp, "report --model " + shell_quote(dir), &err) == 0);
+    REQUIRE(run_status(tmp, "report --model " + shell_quote(dir), &err) == 0);
     CHECK(err.find("wrote " + dir + "/report.html") != std::string::npos);
     const std::string html = read_all(dir + "/report.html");
     check_page(html);
@@ -122,7 +122,7 @@ TEST_CASE("report: every section is drawn from a run's files, nothing is fetched
     for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
 
     // --out elsewhere, and the library gives the same page.
-    REQUIRE(run_cli(tmp, "report --model " + shell_quote(dir) + " --out " + shell_quote(tmp / "r.html")) == 0);
+    REQUIRE(run_status(tmp, "report --model " + shell_quote(dir) + " --out " + shell_quote(tmp / "r.html")) == 0);
     CHECK(read_all(tmp / "r.html") == tf::training_report_html(dir));
 }
 
@@ -177,16 +177,16 @@ TEST_CASE("report: sections without data stay and say what is missing, bad input
     CHECK(html.find("tapeformer heads prune") != std::string::npos);
 
     std::string err;
-    CHECK(run_cli(tmp, "report --model " + shell_quote(tmp / "nowhere"), &err) == 1);
+    CHECK(run_status(tmp, "report --model " + shell_quote(tmp / "nowhere"), &err) == 1);
     CHECK(split_lines(err).size() == 1);
     CHECK(err.find("is not a directory") != std::string::npos);
     fs::create_directories(tmp / "empty");
-    CHECK(run_cli(tmp, "report --model " + shell_quote(tmp / "empty"), &err) == 1);
+    CHECK(run_status(tmp, "report --model " + shell_quote(tmp / "empty"), &err) == 1);
     CHECK(err.find("holds none of run.json") != std::string::npos);
     write_all(tmp / "bad.json", "{\"order\": \"random\"}");
-    CHECK(run_cli(tmp, "report --model " + shell_quote(dir) + " --prune " + shell_quote(tmp / "bad.json"), &err) == 1);
+    CHECK(run_status(tmp, "report --model " + shell_quote(dir) + " --prune " + shell_quote(tmp / "bad.json"), &err) == 1);
     CHECK(err.find("no \"models\" list") != std::string::npos);
-    CHECK(run_cli(tmp, "report --model " + shell_quote(dir) + " --out " + shell_quote(tmp / "no/such/dir/r.html"), &err) != 0);
+    CHECK(run_status(tmp, "report --model " + shell_quote(dir) + " --out " + shell_quote(tmp / "no/such/dir/r.html"), &err) != 0);
     CHECK(split_lines(err).size() == 1);
 }
 
@@ -220,7 +220,7 @@ TEST_CASE("report names each metrics.jsonl line it leaves out (file:line and wha
 
     // The command prints them as notes and still writes the page.
     std::string err;
-    CHECK(run_cli(tmp, "report --model " + shell_quote(dir), &err) == 0);
+    CHECK(run_status(tmp, "report --model " + shell_quote(dir), &err) == 0);
     CHECK_THAT(err, Catch::Contains("tapeformer: note: " + expected[0]));
     CHECK_THAT(err, Catch::Contains("and 1 more lines left out"));
 
@@ -409,7 +409,7 @@ TEST_CASE("report: headless Chromium renders every chart, the page makes no requ
     }
     TempDir tmp("report_browser");
     const std::string dir = trained_run(tmp);
-    REQUIRE(run_cli(tmp, "report --model " + shell_quote(dir)) == 0);
+    REQUIRE(run_status(tmp, "report --model " + shell_quote(dir)) == 0);
     const std::string page = dir + "/report.html";
     RequestRecorder proxy;
 

@@ -162,7 +162,7 @@ struct CliRun {
 };
 
 // `tapeformer --threads 1 <args>` (args already quoted), stdout discarded, stderr captured.
-CliRun run_cli(const TempDir& scratch, const std::string& args) {
+CliRun run_quiet(const TempDir& scratch, const std::string& args) {
     const std::string err = scratch / "cli.stderr";
     const std::string command =
         shell_quote(TF_CLI) + " --threads 1 " + args + " </dev/null >/dev/null 2>" + shell_quote(err);
@@ -173,7 +173,7 @@ CliRun run_cli(const TempDir& scratch, const std::string& args) {
     return r;
 }
 
-CliRun run_train(const TempDir& scratch, const std::string& args) { return run_cli(scratch, "train " + args); }
+CliRun run_train(const TempDir& scratch, const std::string& args) { return run_quiet(scratch, "train " + args); }
 
 // The usual flags of a tiny CLI run on `corpus` into `out` (no stopping rule: callers add it).
 std::string tiny_flags(const Corpus& corpus, const std::string& out,
@@ -1396,13 +1396,13 @@ TEST_CASE("train: a run killed before its first validation leaves a model that t
     CHECK(fs::exists(out + "/model.safetensors"));
     const std::string translate = "translate --model " + shell_quote(out) + " --input " + shell_quote(corpus.valid_src) +
                                   " --output " + shell_quote(tmp / "out.txt");
-    const CliRun r = run_cli(tmp, translate);
+    const CliRun r = run_quiet(tmp, translate);
     INFO(r.err);
     CHECK(r.status == 0);
 
     SECTION("without model.safetensors (a run of an older version), translate uses the newest checkpoint") {
         fs::remove(out + "/model.safetensors");
-        const CliRun fallback = run_cli(tmp, translate);
+        const CliRun fallback = run_quiet(tmp, translate);
         INFO(fallback.err);
         CHECK(fallback.status == 0);
         CHECK_THAT(fallback.err, Catch::Contains("note") && Catch::Contains(tf::checkpoints_on_disk(out).back()));

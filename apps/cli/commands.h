@@ -24,6 +24,7 @@ void add_explain_command(CLI::App& app);    // explain: one sentence through the
 void add_tape_command(CLI::App& app);       // tape: the records of one training step, backward order, DOT
 void add_average_command(CLI::App& app);    // average: the mean of a run's last checkpoints
 void add_report_command(CLI::App& app);     // report: the training run as one self-contained HTML page
+void add_exercise_command(CLI::App& app);   // exercise list|start|check: graded exercises
 
 // A flag check: the value is a number > lo (strict) or >= lo; the error says so ("--beam: must be > 0, got 0").
 CLI::Validator number_above(double lo, bool strict);
