@@ -12,7 +12,8 @@ using namespace tf_test;
 namespace {
 
 const std::string kSolutions = std::string(TF_SOURCE_DIR) + "/tests/exercises/";
-const std::vector<std::string> kExercises = {"softmax_backward", "layer_norm_backward", "sinusoidal_positions"};
+const std::vector<std::string> kExercises = {"softmax_backward", "layer_norm_backward", "sinusoidal_positions",
+                                             "label_smoothed_cross_entropy", "adam_step"};
 
 std::string last_line(const std::string& text) {
     const std::vector<std::string> lines = split_lines(text);
@@ -40,7 +41,8 @@ TEST_CASE("exercise: every untouched stub fails every case, every reference solu
         INFO(untouched.out << untouched.err);
         CHECK(untouched.status == 1);
         CHECK(last_line(untouched.out).find(name + ": 0 of ") == 0);
-        CHECK(untouched.out.find("got nan (never written?)") != std::string::npos);
+        // An output the stub never writes is named as such (adam_step updates p in place: it stays unchanged).
+        if (name != "adam_step") CHECK(untouched.out.find("got nan (never written?)") != std::string::npos);
 
         const Run solved = run_cli(tmp, "exercise check " + name + " --file " + shell_quote(kSolutions + name + ".cpp"));
         INFO(solved.out << solved.err);

@@ -31,6 +31,8 @@ struct GradedExercise {
 GradedExercise softmax_backward_exercise();
 GradedExercise layer_norm_backward_exercise();
 GradedExercise sinusoidal_positions_exercise();
+GradedExercise label_smoothed_cross_entropy_exercise();
+GradedExercise adam_step_exercise();
 
 // "" when every got[i] is within atol + rtol·|expected[i]| of expected[i] (a NaN never is); else the first
 // wrong element under `what`, indexed [row, col] with `cols` per row, expected and got, and how many are wrong.
