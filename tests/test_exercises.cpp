@@ -13,7 +13,7 @@ namespace {
 
 const std::string kSolutions = std::string(TF_SOURCE_DIR) + "/tests/exercises/";
 const std::vector<std::string> kExercises = {"softmax_backward", "layer_norm_backward", "sinusoidal_positions",
-                                             "label_smoothed_cross_entropy", "adam_step"};
+                                             "attention", "label_smoothed_cross_entropy", "adam_step"};
 
 std::string last_line(const std::string& text) {
     const std::vector<std::string> lines = split_lines(text);

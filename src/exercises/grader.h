@@ -31,6 +31,7 @@ struct GradedExercise {
 GradedExercise softmax_backward_exercise();
 GradedExercise layer_norm_backward_exercise();
 GradedExercise sinusoidal_positions_exercise();
+GradedExercise attention_exercise();
 GradedExercise label_smoothed_cross_entropy_exercise();
 GradedExercise adam_step_exercise();
 
