@@ -13,7 +13,8 @@ namespace {
 
 const std::string kSolutions = std::string(TF_SOURCE_DIR) + "/tests/exercises/";
 const std::vector<std::string> kExercises = {"softmax_backward", "layer_norm_backward", "sinusoidal_positions",
-                                             "attention", "label_smoothed_cross_entropy", "adam_step"};
+                                             "attention", "label_smoothed_cross_entropy", "adam_step",
+                                             "greedy_decode"};
 
 std::string last_line(const std::string& text) {
     const std::vector<std::string> lines = split_lines(text);
@@ -41,8 +42,9 @@ TEST_CASE("exercise: every untouched stub fails every case, every reference solu
         INFO(untouched.out << untouched.err);
         CHECK(untouched.status == 1);
         CHECK(last_line(untouched.out).find(name + ": 0 of ") == 0);
-        // An output the stub never writes is named as such (adam_step updates p in place: it stays unchanged).
-        if (name != "adam_step") CHECK(untouched.out.find("got nan (never written?)") != std::string::npos);
+        // An output the stub never writes is named as such (adam_step updates p in place; greedy_decode returns
+        // how many tokens it wrote).
+        if (name != "adam_step" && name != "greedy_decode") CHECK(untouched.out.find("got nan (never written?)") != std::string::npos);
 
         const Run solved = run_cli(tmp, "exercise check " + name + " --file " + shell_quote(kSolutions + name + ".cpp"));
         INFO(solved.out << solved.err);
@@ -71,6 +73,20 @@ TEST_CASE("exercise: a wrong answer is named by element, expected and got, and a
     CHECK(r.out.find("      dx[0, 0]: expected ") != std::string::npos);
     CHECK(r.out.find(", got ") != std::string::npos);
     CHECK(r.out.find("elements of dx are wrong (tolerance") != std::string::npos);
+
+    // Greedy decoding that projects the whole prefix again at every step (no cache): the right tokens, but
+    // each position must be projected once.
+    std::string no_cache = read_all(kSolutions + "greedy_decode.cpp");
+    const std::string once = "model->project(model->self, token, t, q.data(), k_cache + t * D, v_cache + t * D);";
+    REQUIRE(no_cache.find(once) != std::string::npos);
+    no_cache.replace(no_cache.find(once), once.size(),
+                     "std::vector<int> prefix(out_tokens, out_tokens + n); prefix.insert(prefix.begin(), bos);"
+                     "for (long s = 0; s <= t; ++s) model->project(model->self, prefix[s], s, q.data(), k_cache + s * D, v_cache + s * D);");
+    const Run g = run_cli(tmp, "exercise check greedy_decode --file " + shell_quote(write_file(tmp, "greedy_decode.cpp", no_cache)));
+    INFO(g.out << g.err);
+    CHECK(g.status == 1);
+    CHECK(g.out.find("[1/5] eos never wins: stops after max_len = 10 tokens ... FAIL") != std::string::npos);
+    CHECK(g.out.find("with a cache, position i is projected once, in order (55 calls for 10 tokens)") != std::string::npos);
 
     // Writing far outside the array: the grader's process dies, the tool reports the case and exits 1.
     const std::string crash = write_file(tmp, "crash.cpp",

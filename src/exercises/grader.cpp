@@ -20,7 +20,7 @@ const std::vector<GradedExercise>& graded() {
     static const std::vector<GradedExercise> all = {softmax_backward_exercise(), layer_norm_backward_exercise(),
                                                     sinusoidal_positions_exercise(), attention_exercise(),
                                                     label_smoothed_cross_entropy_exercise(),
-                                                    adam_step_exercise()};
+                                                    adam_step_exercise(), greedy_decode_exercise()};
     return all;
 }
 

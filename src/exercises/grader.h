@@ -34,6 +34,7 @@ GradedExercise sinusoidal_positions_exercise();
 GradedExercise attention_exercise();
 GradedExercise label_smoothed_cross_entropy_exercise();
 GradedExercise adam_step_exercise();
+GradedExercise greedy_decode_exercise();
 
 // "" when every got[i] is within atol + rtol·|expected[i]| of expected[i] (a NaN never is); else the first
 // wrong element under `what`, indexed [row, col] with `cols` per row, expected and got, and how many are wrong.
