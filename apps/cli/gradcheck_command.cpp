@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "tapeformer/gradcheck_cli.h"
+#include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -21,6 +22,11 @@ void add_gradcheck_command(CLI::App& app) {
                     "element by element, the analytic gradient, the numeric one and the relative error")
         ->excludes(filter)
         ->excludes(list);
+    cmd->add_option("--break-grad", opt->break_grad,
+                    "Run the checks with a deliberately wrong backward, to see what a failing check looks like:\n"
+                    "layernorm-mean (LayerNorm's backward without its mean term) or layernorm-variance (without its\n"
+                    "variance term). Example: tapeformer gradcheck --op layer_norm --break-grad layernorm-mean")
+        ->check(CLI::IsMember(broken_gradient_names()));
     cmd->callback([opt]() {
         opt->color = isatty(STDOUT_FILENO) != 0;
         command_exit_code() = tf::f64::run_gradcheck_cli(*opt) > 0 ? 1 : 0;

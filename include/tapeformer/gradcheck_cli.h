@@ -13,6 +13,7 @@ struct GradcheckCliOptions {
     std::string op;      // non-empty: check this one op and print it element by element
     bool color = false;
     bool list_only = false;
+    std::string break_grad;  // non-empty: run under this deliberately wrong backward (ops.h BrokenGradient)
 };
 // Prints the table (or, with `op`, one op element by element) to stdout; returns the number of failed checks.
 // An unknown op throws std::invalid_argument listing the valid names.

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "tapeformer/ops.h"
+
 TF_NAMESPACE_BEGIN
 
 std::vector<GradcheckResult> check_everything(std::uint64_t seed) {
@@ -81,6 +83,11 @@ std::string format_gradcheck_elements(const GradcheckResult& r) {
 }
 
 int run_gradcheck_cli(const GradcheckCliOptions& options) {
+    const BrokenGradient broken = parse_broken_gradient(options.break_grad.empty() ? "none" : options.break_grad);
+    BrokenGradientScope scope(broken);
+    if (broken != BrokenGradient::None && !options.list_only)
+        std::cout << "--break-grad " << to_string(broken) << ": a deliberately wrong backward, " << broken_gradient_description(broken)
+                  << ". The checks through it should FAIL.\n\n";
     if (!options.op.empty()) {
         const GradcheckResult r = check_one_op(options.op, options.seed);
         std::cout << format_gradcheck_elements(r);
