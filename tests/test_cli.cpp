@@ -940,8 +940,12 @@ TEST_CASE("break it: the switches are train flags, refused in one line where the
     check_one_line_error(run_cli(tmp, "gradcheck --break-grad softmax"), "--break-grad");
     check_one_line_error(run_cli(tmp, "explain --init --break-grad layernorm-mean \"a b\""), "--break-grad");
     const Run broken = run_cli(tmp, "gradcheck --op layer_norm --break-grad layernorm-mean");
-    CHECK(broken.status == 1);
-    CHECK_THAT(broken.out, Catch::Contains("without its mean term") && Catch::EndsWith("FAIL\n"));
+    CHECK(broken.status == 0);  // with --break-grad: the wrong backward was caught
+    CHECK_THAT(broken.out, Catch::Contains("without its mean term") && Catch::Contains("FAIL\n") &&
+                               Catch::EndsWith("--break-grad layernorm-mean: caught by 1 check\n"));
+    const Run missed = run_cli(tmp, "gradcheck --op softmax --break-grad layernorm-mean");
+    CHECK(missed.status == 1);  // no check of softmax runs through LayerNorm
+    CHECK_THAT(missed.out, Catch::Contains("PASS\n") && Catch::Contains("NOT caught"));
     CHECK_THAT(run_cli(tmp, "gradcheck --help").out, Catch::Contains("--break-grad"));
 }
 
