@@ -75,7 +75,7 @@ double max_diff_at(const Tensor& a, const Tensor& b, std::int64_t t) {  // (1, T
 
 }  // namespace
 
-TEST_CASE("break it: without the causal mask, a decoder position sees the later targets", "[nn][break-it]") {
+TEST_CASE("break it: without the causal mask, a decoder position sees the later targets", "[nn][break_it]") {
     // Change the last target token: with the mask, every earlier position's output stays bit for bit; without
     // it, every position's changes.
     const std::vector<std::int32_t> src = {5, 6, 7, 2}, a = {1, 8, 9, 10, 11}, b = {1, 8, 9, 10, 12};
@@ -105,7 +105,7 @@ TEST_CASE("break it: without the causal mask, a decoder position sees the later 
     }
 }
 
-TEST_CASE("break it: without score scaling, the scores are Q Kᵀ exactly", "[nn][break-it]") {
+TEST_CASE("break it: without score scaling, the scores are Q Kᵀ exactly", "[nn][break_it]") {
     for (bool scaled : {true, false}) {
         INFO("score_scaling " << scaled);
         ModelConfig c = small_config();
@@ -134,7 +134,7 @@ TEST_CASE("break it: without score scaling, the scores are Q Kᵀ exactly", "[nn
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("score_scaling") && Catch::Contains("additive"));
 }
 
-TEST_CASE("break it: without positions, the encoder is permutation-equivariant", "[nn][break-it]") {
+TEST_CASE("break it: without positions, the encoder is permutation-equivariant", "[nn][break_it]") {
     // Permuting the source permutes the memory the same way, row for row; with sinusoidal positions it does
     // not. The positional module is gone from the walk and from the probes.
     const std::vector<std::int32_t> src = {5, 6, 7, 8, 2}, perm = {8, 6, 5, 7, 2};
@@ -168,7 +168,7 @@ TEST_CASE("break it: without positions, the encoder is permutation-equivariant",
 }
 
 TEST_CASE("break it: without LayerNorm the norms and their weights are gone; without residuals the count stays",
-          "[nn][break-it]") {
+          "[nn][break_it]") {
     const ModelConfig paper = small_config();  // 2 + 2 layers, C 16
     const std::int64_t C = paper.d_model, norms = 2 * paper.enc_layers + 3 * paper.dec_layers;
     ModelConfig no_norm = paper, no_residual = paper;
@@ -185,7 +185,7 @@ TEST_CASE("break it: without LayerNorm the norms and their weights are gone; wit
     CHECK_THROWS_WITH(no_norm.validate(), Catch::Contains("layer_norm") && Catch::Contains("pre"));
 }
 
-TEST_CASE("break it: each sublayer connection computes what its equation says", "[nn][break-it]") {
+TEST_CASE("break it: each sublayer connection computes what its equation says", "[nn][break_it]") {
     // An encoder layer rebuilt from its own modules, in evaluation mode, for each form:
     //   paper (post):   h = LN1(x + A(x)),   y = LN2(h + F(h))
     //   no residual:    h = LN1(A(x)),       y = LN2(F(h))
@@ -232,7 +232,7 @@ TEST_CASE("break it: each sublayer connection computes what its equation says", 
 }
 
 TEST_CASE("break it: the switches are kept in the metadata; files without them load with every part on",
-          "[nn][settings][break-it]") {
+          "[nn][settings][break_it]") {
     ModelConfig c = small_config();
     c.causal_mask = c.score_scaling = c.residual = c.layer_norm = false;
     c.positional = PositionalKind::None;
@@ -257,7 +257,7 @@ TEST_CASE("break it: the switches are kept in the metadata; files without them l
     CHECK(switched_off_parts(old).empty());
 }
 
-TEST_CASE("break it: the shapes a weights file is checked against follow the LayerNorm switch", "[nn][break-it]") {
+TEST_CASE("break it: the shapes a weights file is checked against follow the LayerNorm switch", "[nn][break_it]") {
     // A LayerNorm's weights exist because of layer_norm, and a pre-norm stack's final norm because of norm.
     ModelConfig c = small_config();
     c.norm = NormPosition::Pre;
@@ -268,7 +268,7 @@ TEST_CASE("break it: the shapes a weights file is checked against follow the Lay
     }
 }
 
-TEST_CASE("break it: a deliberately wrong LayerNorm backward is opt-in, scoped, and refused by training", "[nn][break-it]") {
+TEST_CASE("break it: a deliberately wrong LayerNorm backward is opt-in, scoped, and refused by training", "[nn][break_it]") {
     CHECK(broken_gradient() == BrokenGradient::None);
     Tensor x = random_tensor({3, 6}, 11);
     Tensor gamma = Tensor::full({6}, 1), beta = Tensor::zeros({6});

@@ -878,7 +878,7 @@ TEST_CASE("every subcommand names the real problem in one line: an unknown subco
 }
 
 TEST_CASE("break it: a model with parts switched off is saved with them and used so by translate, eval, explain and summary",
-          "[cli][break-it]") {
+          "[cli][break_it]") {
     TempDir tmp;
     const std::string dir = tmp / "model";
     const tf::ModelConfig c = write_model_dir(dir, [](tf::ModelConfig& m) {
@@ -924,7 +924,7 @@ TEST_CASE("break it: a model with parts switched off is saved with them and used
     CHECK_THAT(summary.out, Catch::Contains("Transformer") && !Catch::Contains("LayerNorm") && !Catch::Contains("PositionalEncoding"));
 }
 
-TEST_CASE("break it: the switches are train flags, refused in one line where they mean nothing", "[cli][break-it]") {
+TEST_CASE("break it: the switches are train flags, refused in one line where they mean nothing", "[cli][break_it]") {
     TempDir tmp;
     const Run help = run_cli(tmp, "train --help");
     for (const char* flag : {"--no-causal-mask", "--no-score-scaling", "--no-residual", "--no-layer-norm", "sinusoidal, learned, none"})
@@ -949,7 +949,7 @@ TEST_CASE("break it: the switches are train flags, refused in one line where the
     CHECK_THAT(run_cli(tmp, "gradcheck --help").out, Catch::Contains("--break-grad"));
 }
 
-TEST_CASE("break it: a switch set in config.toml is kept in config.toml, run.json and the model", "[cli][break-it]") {
+TEST_CASE("break it: a switch set in config.toml is kept in config.toml, run.json and the model", "[cli][break_it]") {
     TempDir tmp;
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
     const std::string out = tmp / "run";

@@ -108,7 +108,7 @@ TEST_CASE("gradcheck: every model block passes, additive attention scoring inclu
     check_all_pass(results);
 }
 
-TEST_CASE("gradcheck: the switched-off forms of the model pass too", "[gradcheck][break-it]") {
+TEST_CASE("gradcheck: the switched-off forms of the model pass too", "[gradcheck][break_it]") {
     // Every block with a part switched off is a composition of the same ops, so it passes like the paper's
     // (check_all_pass in the case above); here: that the suite has them.
     std::set<std::string> names;
@@ -123,7 +123,7 @@ TEST_CASE("gradcheck: the switched-off forms of the model pass too", "[gradcheck
 }
 
 TEST_CASE("gradcheck: LayerNorm's backward without its mean or variance term fails, and only inside the scope",
-          "[gradcheck][break-it]") {
+          "[gradcheck][break_it]") {
     for (tf::BrokenGradient broken : {tf::BrokenGradient::LayerNormMean, tf::BrokenGradient::LayerNormVariance}) {
         INFO(tf::to_string(broken));
         tf::GradcheckResult wrong;
