@@ -947,6 +947,20 @@ TEST_CASE("break it: the switches are train flags, refused in one line where the
     CHECK(missed.status == 1);  // no check of softmax runs through LayerNorm
     CHECK_THAT(missed.out, Catch::Contains("PASS\n") && Catch::Contains("NOT caught"));
     CHECK_THAT(run_cli(tmp, "gradcheck --help").out, Catch::Contains("--break-grad"));
+
+    // explain and summary build an untrained model (--init) with the same switches.
+    const std::string init = " --init --d-model 8 --heads 2 --ffn 16 --layers 1";
+    const Run paper = run_cli(tmp, "summary" + init + " --vocab 20"), no_norm = run_cli(tmp, "summary" + init + " --vocab 20 --no-layer-norm");
+    CHECK_THAT(paper.out, Catch::Contains("1,984") && Catch::Contains("LayerNorm"));
+    CHECK_THAT(no_norm.out, Catch::Contains("1,904") && !Catch::Contains("LayerNorm"));  // 5 LayerNorms of 2 x 8 fewer
+    const Run explain = run_cli(tmp, "explain" + init + " --no-causal-mask --positional none --stage mask --no-values \"a b c\"");
+    CHECK(explain.status == 0);
+    CHECK_THAT(explain.out, Catch::Contains("post-norm, --positional none, --no-causal-mask") &&
+                                Catch::Contains("self-attention, no causal mask"));
+    check_one_line_error(run_cli(tmp, "explain" + init + " --no-layer-norm --norm pre \"a b\""), "layer_norm false");
+    CliFixture f;
+    check_one_line_error(run_cli(f.tmp, "explain --model " + shell_quote(f.model) + " --no-residual \"a dog\""),
+                         "--no-residual: only with --init");
 }
 
 TEST_CASE("break it: a switch set in config.toml is kept in config.toml, run.json and the model", "[cli][break_it]") {

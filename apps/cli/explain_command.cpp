@@ -82,13 +82,16 @@ void add_explain_command(CLI::App& app) {
     cmd->add_option("--layers", opt->layers, "Encoder and decoder layers" + with_init)->check(number_above(1, false))->capture_default_str();
     cmd->add_option("--norm", opt->norm, "post or pre" + with_init)->check(CLI::IsMember({"post", "pre"}))->capture_default_str();
     cmd->add_option("--seed", opt->seed, "Seed of the initial weights" + with_init)->capture_default_str();
-    cmd->callback([opt, cmd]() {
+    const std::vector<std::string> switches = add_model_switch_flags(*cmd, opt->config, with_init);
+    cmd->callback([opt, cmd, switches]() {
         const bool model_given = cmd->count("--model") > 0;
         if (!model_given && !opt->init) throw std::runtime_error("explain: give --model DIR or --init (see tapeformer explain --help)");
         if (cmd->count("--tgt") && trim(opt->tgt).empty()) throw std::runtime_error("--tgt: the target sentence is empty");
-        for (const char* flag : {"--d-model", "--heads", "--ffn", "--layers", "--norm", "--seed"})
+        std::vector<std::string> init_only = {"--d-model", "--heads", "--ffn", "--layers", "--norm", "--seed"};
+        init_only.insert(init_only.end(), switches.begin(), switches.end());
+        for (const std::string& flag : init_only)
             if (model_given && cmd->count(flag))
-                throw std::runtime_error(std::string(flag) + ": only with --init; --model DIR brings its own model");
+                throw std::runtime_error(flag + ": only with --init; --model DIR brings its own model");
         ModelBundle bundle;
         if (model_given) {
             bundle = load_model_dir(opt->model_dir);
