@@ -36,7 +36,9 @@ const std::vector<Setting<ModelConfig>>& model_settings() {
                           "languages and the output (needs --joint-vocab)",
                           {"none", "decoder", "all"}, [](auto& c) -> auto& { return c.tie; }, parse_tying,
                           [](Tying t) { return to_string(t); }),
-        choice_setting<C>("positional", "positional", g, "Positional encoding", {"sinusoidal", "learned"},
+        choice_setting<C>("positional", "positional", g,
+                          "Positional encoding (none: no position signal, to watch a model that cannot tell order)",
+                          {"sinusoidal", "learned", "none"},
                           [](auto& c) -> auto& { return c.positional; }, parse_positional,
                           [](PositionalKind p) { return to_string(p); }),
         added_later(choice_setting<C>("attention", "attention", g,
@@ -46,6 +48,22 @@ const std::vector<Setting<ModelConfig>>& model_settings() {
         added_later(bool_setting<C>("output-bias", "output_bias", g,
                                     "A bias on the output projection (PyTorch's nn.Linear; the paper and fairseq have none)",
                                     "", [](auto& c) -> auto& { return c.output_bias; })),
+        // The parts that can be switched off to watch what each does (ModelConfig; validate() refuses the
+        // combinations where switching off means nothing).
+        added_later(bool_setting<C>("causal-mask", "causal_mask", g,
+                                    "The decoder's causal mask: position t sees targets 0..t only (off: it sees the whole\n"
+                                    "target in training, which decoding cannot give it)",
+                                    "", [](auto& c) -> auto& { return c.causal_mask; })),
+        added_later(bool_setting<C>("score-scaling", "score_scaling", g,
+                                    "The 1/√D of dot-product scores Q Kᵀ/√D (off: Q Kᵀ; needs --attention dot)", "",
+                                    [](auto& c) -> auto& { return c.score_scaling; })),
+        added_later(bool_setting<C>("residual", "residual", g,
+                                    "Residual connections: each sublayer's output added to its input, x + Sublayer(x)", "",
+                                    [](auto& c) -> auto& { return c.residual; })),
+        added_later(bool_setting<C>("layer-norm", "layer_norm", g,
+                                    "The LayerNorms (off: none, and their weights gone; needs --norm post, the same model\n"
+                                    "as pre without them)",
+                                    "", [](auto& c) -> auto& { return c.layer_norm; })),
         integer_setting<C>("max-positions", "max_len", g, "Longest sequence the positional table covers", 1, C::kMaxPositions,
                            [](auto& c) -> auto& { return c.max_len; }),
         integer_setting<C>("", "pad_id", g, "Id of the padding token", 0, C::kMaxVocab - 1, [](auto& c) -> auto& { return c.pad_id; }),
@@ -68,6 +86,18 @@ ModelConfig model_config_from_metadata(const std::map<std::string, std::string>&
     for (const Setting<ModelConfig>& s : model_settings())
         if (auto it = m.find(s.key); it != m.end()) apply_setting(s, c, it->second, "model metadata: " + s.key);
     return c;
+}
+
+std::vector<std::string> switched_off_parts(const ModelConfig& c) {
+    const ModelConfig paper;
+    std::vector<std::string> off;
+    for (const Setting<ModelConfig>& s : model_settings()) {
+        // a part that is on by default and off here, or no positions at all
+        if (s.type == SettingType::Bool && s.get(paper) == "true" && s.get(c) == "false")
+            off.push_back("--" + (s.negation.empty() ? "no-" + s.name : s.negation));
+        if (s.key == "positional" && c.positional == PositionalKind::None) off.push_back("--positional none");
+    }
+    return off;
 }
 
 TF_NAMESPACE_END

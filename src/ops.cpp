@@ -580,7 +580,8 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
     std::vector<Tensor> inputs{x, gamma, beta};
     if (r) inputs.push_back(*r);
     const std::optional<DropoutDraws> dropped = drop ? std::optional<DropoutDraws>(*drop) : std::nullopt;
-    return record(op, out, std::move(inputs), [N, C, stats, dropped](Tensor& y, std::vector<Tensor>& in) {
+    const BrokenGradient broken = broken_gradient();  // None but under gradcheck/explain --break-grad
+    return record(op, out, std::move(inputs), [N, C, stats, dropped, broken](Tensor& y, std::vector<Tensor>& in) {
         // With x̂ = (v − μ)·rstd and y = x̂·γ + β, for one row of C values:
         //   dβ_c  += g_c                 (β adds straight through)
         //   dγ_c  += g_c · x̂_c           (γ scales x̂)
@@ -623,9 +624,14 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
                         dw_part[c] += gr[c] * (vr[c] - mu) * rstd;
                         db_part[c] += gr[c];
                     }
-                    const real mean_dxh = lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c]; }) / real(C);
+                    // A BrokenGradientScope drops one of the two terms (to show gradcheck failing).
+                    const real mean_dxh = broken == BrokenGradient::LayerNormMean
+                                              ? real(0)
+                                              : lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c]; }) / real(C);
                     const real mean_dxh_xh =
-                        lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c] * (vr[c] - mu) * rstd; }) / real(C);
+                        broken == BrokenGradient::LayerNormVariance
+                            ? real(0)
+                            : lane_sum(C, [&](std::int64_t c) { return gr[c] * w[c] * (vr[c] - mu) * rstd; }) / real(C);
                     const auto dv = [&](std::int64_t c) {
                         return rstd * (gr[c] * w[c] - mean_dxh - (vr[c] - mu) * rstd * mean_dxh_xh);
                     };
@@ -666,6 +672,47 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps) {
     return layer_norm_impl("layer_norm", x, nullptr, gamma, beta, eps);
 }
+
+// ---- deliberately wrong gradients (read by layer_norm_impl above) ------------------------------------------
+
+namespace {
+BrokenGradient g_broken_gradient = BrokenGradient::None;
+}  // namespace
+
+const char* to_string(BrokenGradient b) {
+    switch (b) {
+        case BrokenGradient::None: return "none";
+        case BrokenGradient::LayerNormMean: return "layernorm-mean";
+        case BrokenGradient::LayerNormVariance: return "layernorm-variance";
+    }
+    return "?";
+}
+
+std::vector<std::string> broken_gradient_names() { return {"layernorm-mean", "layernorm-variance"}; }
+
+BrokenGradient parse_broken_gradient(const std::string& name) {
+    for (BrokenGradient b : {BrokenGradient::None, BrokenGradient::LayerNormMean, BrokenGradient::LayerNormVariance})
+        if (name == to_string(b)) return b;
+    throw std::invalid_argument("broken gradient '" + name + "' is not one of: layernorm-mean, layernorm-variance");
+}
+
+std::string broken_gradient_description(BrokenGradient b) {
+    switch (b) {
+        case BrokenGradient::None: return "every backward as derived";
+        case BrokenGradient::LayerNormMean:
+            return "LayerNorm's backward without its mean term: dv = rstd * (dxh - xh * mean(dxh * xh)), the path through "
+                   "the mean left out";
+        case BrokenGradient::LayerNormVariance:
+            return "LayerNorm's backward without its variance term: dv = rstd * (dxh - mean(dxh)), the path through the "
+                   "variance left out";
+    }
+    return "";
+}
+
+BrokenGradient broken_gradient() { return g_broken_gradient; }
+
+BrokenGradientScope::BrokenGradientScope(BrokenGradient b) : previous_(g_broken_gradient) { g_broken_gradient = b; }
+BrokenGradientScope::~BrokenGradientScope() { g_broken_gradient = previous_; }
 
 // ---- dropout ---------------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "tapeformer/model_settings.h"
+#include "tapeformer/autograd.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
@@ -53,8 +55,9 @@ const std::vector<std::string> kSources = {"the dog sees a cat", "a big house", 
 const std::vector<std::string> kTargets = {"lo karo videt la kata", "la grando domo", "la kata al domo kurat",
                                            "lo karo"};
 
-// A tiny untrained model: what `tapeformer train` would leave in its --out directory, without training.
-tf::ModelConfig write_model_dir(const std::string& dir) {
+// A tiny untrained model: what `tapeformer train` would leave in its --out directory, without training;
+// `change` may switch settings before it is built.
+tf::ModelConfig write_model_dir(const std::string& dir, const std::function<void(tf::ModelConfig&)>& change = {}) {
     tf::TokenizerOptions options;
     options.kind = tf::TokenizerKind::word;
     options.joint = true;
@@ -67,6 +70,7 @@ tf::ModelConfig write_model_dir(const std::string& dir) {
     c.enc_layers = c.dec_layers = 1;
     c.dropout = c.attention_dropout = c.activation_dropout = 0.1;
     c.max_len = 16;  // sources longer than 15 tokens are cut
+    if (change) change(c);
     tf::Transformer model(c, /*seed=*/3);
     fs::create_directories(dir);
     tf::save_model_weights((fs::path(dir) / "model.safetensors").string(), model, tf::tokenizer_hash(tokenizers));
@@ -851,4 +855,113 @@ TEST_CASE("every subcommand names the real problem in one line: an unknown subco
         INFO(args);
         check_one_line_error(run_cli(f.tmp, args), message);
     }
+}
+
+TEST_CASE("break it: a model with parts switched off is saved with them and used so by translate, eval, explain and summary",
+          "[cli][break_it]") {
+    TempDir tmp;
+    const std::string dir = tmp / "model";
+    const tf::ModelConfig c = write_model_dir(dir, [](tf::ModelConfig& m) {
+        m.causal_mask = m.score_scaling = m.layer_norm = false;
+        m.positional = tf::PositionalKind::None;
+    });
+    const tf::ModelBundle loaded = tf::load_model_dir(dir);
+    CHECK(tf::to_metadata(loaded.model->config) == tf::to_metadata(c));
+    // The loaded model's teacher-forced decoder is the saved one's, bit for bit, and sees the later targets
+    // (a causal model of the same weights would not).
+    tf::Transformer saved(c, 3);
+    tf::ModelConfig causal_config = c;
+    causal_config.causal_mask = true;
+    tf::Transformer causal(causal_config, 3);
+    const std::vector<std::int32_t> src = {5, 6, 7, 2}, dec_in = {1, 8, 9, 10};
+    auto hidden = [&](tf::Transformer& m) {
+        tf::NoGradGuard no_grad;
+        const tf::Tensor memory = m.encode(src, 1, 4, tf::Pass{});
+        const tf::Tensor h = m.decode(dec_in, 1, 4, memory, src, 4, tf::Pass{});
+        return std::vector<float>(h.data(), h.data() + h.numel());
+    };
+    CHECK(hidden(*loaded.model) == hidden(saved));
+    CHECK(hidden(*loaded.model) != hidden(causal));
+
+    const std::string model = " --model " + shell_quote(dir);
+    const Run translate = run_cli(tmp, "translate" + model, kInput);
+    CHECK(translate.status == 0);
+    CHECK(split_lines(translate.out).size() == 3);
+    write_all(tmp / "src.txt", "a dog\n");
+    const Run eval = run_cli(tmp, "eval" + model + " --src " + shell_quote(tmp / "src.txt") + " --ref " + shell_quote(tmp / "src.txt"));
+    CHECK(eval.status == 0);
+    const Run explain = run_cli(tmp, "explain" + model + " --tgt \"a dog\" --no-values --backward --break-grad layernorm-mean \"a dog\"");
+    INFO("explain stderr: " << explain.err);
+    CHECK(explain.status == 0);
+    CHECK_THAT(explain.out, Catch::Contains("--positional none, --no-causal-mask, --no-score-scaling, --no-layer-norm"));
+    CHECK_THAT(explain.out, Catch::Contains("not divided by √D"));
+    CHECK_THAT(explain.out, Catch::Contains("no LayerNorm (--no-layer-norm)"));
+    CHECK_THAT(explain.out, Catch::Contains("--break-grad layernorm-mean: the gradients below are deliberately wrong"));
+    CHECK_THAT(explain.out, !Catch::Contains("+ positional encoding"));
+    const Run summary = run_cli(tmp, "summary" + model + " --src-len 4 --tgt-len 4");
+    INFO("summary stderr: " << summary.err);
+    CHECK(summary.status == 0);
+    CHECK_THAT(summary.out, Catch::Contains("Transformer") && !Catch::Contains("LayerNorm") && !Catch::Contains("PositionalEncoding"));
+}
+
+TEST_CASE("break it: the switches are train flags, refused in one line where they mean nothing", "[cli][break_it]") {
+    TempDir tmp;
+    const Run help = run_cli(tmp, "train --help");
+    for (const char* flag : {"--no-causal-mask", "--no-score-scaling", "--no-residual", "--no-layer-norm", "sinusoidal, learned, none"})
+        CHECK_THAT(help.out, Catch::Contains(flag));
+    const std::string out = " --out " + shell_quote(tmp / "run");
+    check_one_line_error(run_cli(tmp, "train --preset toy --no-score-scaling --attention additive" + out),
+                         "score_scaling false (--no-score-scaling)");
+    check_one_line_error(run_cli(tmp, "train --preset toy --no-layer-norm --norm pre" + out), "layer_norm false (--no-layer-norm)");
+    check_one_line_error(run_cli(tmp, "train --preset toy --positional rotary" + out), "one of sinusoidal, learned, none");
+    CHECK_FALSE(fs::exists(tmp / "run"));  // refused before anything was written
+    // gradcheck and explain take the broken backward; training has no such flag.
+    check_one_line_error(run_cli(tmp, "train --preset toy --break-grad layernorm-mean" + out), "--break-grad");
+    check_one_line_error(run_cli(tmp, "gradcheck --break-grad softmax"), "--break-grad");
+    check_one_line_error(run_cli(tmp, "explain --init --break-grad layernorm-mean \"a b\""), "--break-grad");
+    const Run broken = run_cli(tmp, "gradcheck --op layer_norm --break-grad layernorm-mean");
+    CHECK(broken.status == 0);  // with --break-grad: the wrong backward was caught
+    CHECK_THAT(broken.out, Catch::Contains("without its mean term") && Catch::Contains("FAIL\n") &&
+                               Catch::EndsWith("--break-grad layernorm-mean: caught by 1 check\n"));
+    const Run missed = run_cli(tmp, "gradcheck --op softmax --break-grad layernorm-mean");
+    CHECK(missed.status == 1);  // no check of softmax runs through LayerNorm
+    CHECK_THAT(missed.out, Catch::Contains("PASS\n") && Catch::Contains("NOT caught"));
+    CHECK_THAT(run_cli(tmp, "gradcheck --help").out, Catch::Contains("--break-grad"));
+
+    // explain and summary build an untrained model (--init) with the same switches.
+    const std::string init = " --init --d-model 8 --heads 2 --ffn 16 --layers 1";
+    const Run paper = run_cli(tmp, "summary" + init + " --vocab 20"), no_norm = run_cli(tmp, "summary" + init + " --vocab 20 --no-layer-norm");
+    CHECK_THAT(paper.out, Catch::Contains("1,984") && Catch::Contains("LayerNorm"));
+    CHECK_THAT(no_norm.out, Catch::Contains("1,904") && !Catch::Contains("LayerNorm"));  // 5 LayerNorms of 2 x 8 fewer
+    const Run explain = run_cli(tmp, "explain" + init + " --no-causal-mask --positional none --stage mask --no-values \"a b c\"");
+    CHECK(explain.status == 0);
+    CHECK_THAT(explain.out, Catch::Contains("post-norm, --positional none, --no-causal-mask") &&
+                                Catch::Contains("self-attention, no causal mask"));
+    check_one_line_error(run_cli(tmp, "explain" + init + " --no-layer-norm --norm pre \"a b\""), "layer_norm false");
+    CliFixture f;
+    check_one_line_error(run_cli(f.tmp, "explain --model " + shell_quote(f.model) + " --no-residual \"a dog\""),
+                         "--no-residual: only with --init");
+}
+
+TEST_CASE("break it: a switch set in config.toml is kept in config.toml, run.json and the model", "[cli][break_it]") {
+    TempDir tmp;
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    const std::string out = tmp / "run";
+    write_all(tmp / "config.toml", "causal-mask = false\nresidual = false\npositional = \"none\"\n");
+    const Run train = run_cli(tmp, "train --config " + shell_quote(tmp / "config.toml") + " --train-src " +
+                                       shell_quote(toy + "valid.src") + " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                                       " --tokenizer word --vocab-size 0 --d-model 8 --heads 2 --ffn 16 --layers 1"
+                                       " --batch-tokens 400 --max-len 40 --max-steps 1 --out " + shell_quote(out));
+    INFO("stderr: " << train.err);
+    REQUIRE(train.status == 0);
+    const std::string config = read_all(tmp / "run/config.toml");
+    CHECK_THAT(config, Catch::Contains("causal-mask = false") && Catch::Contains("residual = false") &&
+                           Catch::Contains("layer-norm = true") && Catch::Contains("score-scaling = true"));
+    const nlohmann::json run = nlohmann::json::parse(read_all(tmp / "run/run.json"));
+    CHECK(run.dump().find("\"causal_mask\":false") != std::string::npos);
+    const tf::ModelBundle model = tf::load_model_dir(out);
+    CHECK_FALSE(model.model->config.causal_mask);
+    CHECK_FALSE(model.model->config.residual);
+    CHECK(model.model->config.positional == tf::PositionalKind::None);
+    CHECK(model.model->config.layer_norm);
 }

@@ -59,6 +59,12 @@ void apply_threads(int n, const std::string& flag);
 // the vocabulary of an untrained model made for one sentence (explain --init, tape without --model).
 TokenizerPair sentence_vocabulary(const std::string& sentence, const std::string& tgt);
 
+struct ModelConfig;
+// The parts of the model an untrained one (--init) can be built without, from the settings table: a
+// --no-NAME flag for each switch that is on by default, and --positional. Sets them in `config`; returns
+// the flags' names, for commands that allow them with --init only.
+std::vector<std::string> add_model_switch_flags(CLI::App& cmd, ModelConfig& config, const std::string& help_suffix);
+
 class Transformer;
 // --mask-heads KIND:layer:head,... (translate, eval, attention, heads): heads whose gate is set to 0.
 CLI::Option* add_mask_heads_option(CLI::App& cmd, std::string& heads);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "tapeformer/decode.h"
 #include "tapeformer/study/heads.h"
 #include "tapeformer/io.h"
+#include "tapeformer/model_settings.h"
 #include "tapeformer/number_text.h"
 #include "tapeformer/run/train.h"
 
@@ -55,6 +57,28 @@ CLI::Option* add_mask_heads_option(CLI::App& cmd, std::string& heads) {
 
 void apply_mask_heads(Transformer& model, const std::string& heads) {
     if (!heads.empty()) mask_heads(model, parse_head_list(heads, model.config));
+}
+
+std::vector<std::string> add_model_switch_flags(CLI::App& cmd, ModelConfig& config, const std::string& help_suffix) {
+    const ModelConfig paper;
+    std::vector<std::string> flags;
+    for (const Setting<ModelConfig>& s : model_settings()) {
+        if (s.type == SettingType::Bool && s.get(paper) == "true") {
+            const std::string flag = "--" + (s.negation.empty() ? "no-" + s.name : s.negation);
+            std::string help = s.help;
+            help[0] = char(std::tolower(static_cast<unsigned char>(help[0])));
+            cmd.add_flag_callback(flag, [&config, &s, flag] { apply_setting(s, config, "false", flag); },
+                                  "Leave out " + help + help_suffix);
+            flags.push_back(flag);
+        }
+        if (s.key == "positional") {
+            cmd.add_option_function<std::string>("--positional", [&config, &s](const std::string& v) {
+                   apply_setting(s, config, v, "--positional");
+               }, s.help + "; " + s.expected() + help_suffix);
+            flags.push_back("--positional");
+        }
+    }
+    return flags;
 }
 
 TokenizerPair sentence_vocabulary(const std::string& sentence, const std::string& tgt) {

@@ -8,6 +8,8 @@
 #include "tapeformer/run/checkpoint.h"
 #include "cli/commands.h"
 #include "tapeformer/data/text.h"
+#include "tapeformer/model_settings.h"
+#include "tapeformer/ops.h"
 #include "tapeformer/teach/explain.h"
 
 TF_NAMESPACE_BEGIN
@@ -23,6 +25,7 @@ struct ExplainCommandOptions {
     std::uint64_t seed = 1;
     ExplainView view;
     bool no_values = false;
+    std::string break_grad;  // a deliberately wrong backward (ops.h BrokenGradient), with --backward
 };
 
 }  // namespace
@@ -65,8 +68,13 @@ void add_explain_command(CLI::App& app) {
     cmd->add_flag("--check", opt->view.checks,
                   "Print each stage's invariants (attention rows sum to 1, masked weights exactly 0, LayerNorm rows\n"
                   "mean 0 / variance 1, each module's output equal to the walkthrough's); exit 1 if one fails");
-    cmd->add_flag("--backward", opt->view.backward,
-                  "Then run the target's cross-entropy backward and print each stage's gradient norm, in reverse order");
+    auto* backward = cmd->add_flag("--backward", opt->view.backward,
+                                   "Then run the target's cross-entropy backward and print each stage's gradient norm, in reverse order");
+    cmd->add_option("--break-grad", opt->break_grad,
+                    "With --backward: run it with a deliberately wrong backward, layernorm-mean (LayerNorm's without its\n"
+                    "mean term) or layernorm-variance (without its variance term), to compare the norms with the right ones")
+        ->check(CLI::IsMember(broken_gradient_names()))
+        ->needs(backward);
     const std::string with_init = " (with --init)";
     cmd->add_option("--d-model", opt->config.d_model, "Model width C" + with_init)->check(number_above(1, false))->capture_default_str();
     cmd->add_option("--heads", opt->config.heads, "Attention heads H" + with_init)->check(number_above(1, false))->capture_default_str();
@@ -74,13 +82,16 @@ void add_explain_command(CLI::App& app) {
     cmd->add_option("--layers", opt->layers, "Encoder and decoder layers" + with_init)->check(number_above(1, false))->capture_default_str();
     cmd->add_option("--norm", opt->norm, "post or pre" + with_init)->check(CLI::IsMember({"post", "pre"}))->capture_default_str();
     cmd->add_option("--seed", opt->seed, "Seed of the initial weights" + with_init)->capture_default_str();
-    cmd->callback([opt, cmd]() {
+    const std::vector<std::string> switches = add_model_switch_flags(*cmd, opt->config, with_init);
+    cmd->callback([opt, cmd, switches]() {
         const bool model_given = cmd->count("--model") > 0;
         if (!model_given && !opt->init) throw std::runtime_error("explain: give --model DIR or --init (see tapeformer explain --help)");
         if (cmd->count("--tgt") && trim(opt->tgt).empty()) throw std::runtime_error("--tgt: the target sentence is empty");
-        for (const char* flag : {"--d-model", "--heads", "--ffn", "--layers", "--norm", "--seed"})
+        std::vector<std::string> init_only = {"--d-model", "--heads", "--ffn", "--layers", "--norm", "--seed"};
+        init_only.insert(init_only.end(), switches.begin(), switches.end());
+        for (const std::string& flag : init_only)
             if (model_given && cmd->count(flag))
-                throw std::runtime_error(std::string(flag) + ": only with --init; --model DIR brings its own model");
+                throw std::runtime_error(flag + ": only with --init; --model DIR brings its own model");
         ModelBundle bundle;
         if (model_given) {
             bundle = load_model_dir(opt->model_dir);
@@ -101,18 +112,28 @@ void add_explain_command(CLI::App& app) {
         if (copy) eo.target = &opt->sentence;
         opt->view.values = !opt->no_values;
         if (opt->view.layer < -1 || opt->view.head < -1) check_view(Explanation{}, bundle.model->config, opt->view);
-        const Explanation ex = explain(*bundle.model, bundle.tokenizers, opt->sentence, eo);
+        const BrokenGradient broken = parse_broken_gradient(opt->break_grad.empty() ? "none" : opt->break_grad);
+        Explanation ex;
+        {
+            BrokenGradientScope scope(broken);
+            ex = explain(*bundle.model, bundle.tokenizers, opt->sentence, eo);
+        }
         check_view(ex, bundle.model->config, opt->view);
         const ModelConfig& c = bundle.model->config;
         std::cout << "explain: " << (model_given ? opt->model_dir : "an untrained model (--init, seed " + std::to_string(opt->seed) + ")")
                   << ": " << c.enc_layers << "+" << c.dec_layers << " layers, C " << c.d_model << ", H " << c.heads << ", D "
-                  << c.d_model / c.heads << ", F " << c.ffn << ", V " << c.tgt_vocab << ", " << to_string(c.norm) << "-norm\n"
+                  << c.d_model / c.heads << ", F " << c.ffn << ", V " << c.tgt_vocab << ", " << to_string(c.norm) << "-norm";
+        for (const std::string& off : switched_off_parts(c)) std::cout << ", " << off;
+        std::cout << "\n"
                   << "B = 1 sentence, S = " << ex.src.size() << " source tokens (with </s>), T = " << ex.dec_in.size()
                   << " decoder positions (<s> + "
                   << (ex.target_decoded ? "the greedy translation"
                       : copy            ? "the sentence itself: an untrained model's translation is noise; --tgt to change"
                                         : "--tgt")
                   << ")\n";
+        if (broken != BrokenGradient::None)
+            std::cout << "--break-grad " << to_string(broken) << ": the gradients below are deliberately wrong, "
+                      << broken_gradient_description(broken) << "\n";
         std::cout << format_explanation(ex, opt->view);
         if (opt->view.checks)
             std::cout << "\nchecks: " << (ex.checks_passed ? "all passed" : "SOME FAILED (marked FAIL above)") << "\n";

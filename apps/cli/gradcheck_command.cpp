@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "tapeformer/gradcheck_cli.h"
+#include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -11,7 +12,7 @@ void add_gradcheck_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand(
         "gradcheck",
         "Check every op's backward against central finite differences (float64) and print a table.\n"
-        "Exits with status 1 when any check fails.\n"
+        "Exits with status 1 when any check fails (with --break-grad: when none does).\n"
         "Example: tapeformer gradcheck --op softmax");
     cmd->add_option("--seed", opt->seed, "Seed of the random inputs")->capture_default_str();
     auto* filter = cmd->add_option("--filter", opt->filter, "Only checks whose name contains this text (e.g. matmul)");
@@ -21,6 +22,12 @@ void add_gradcheck_command(CLI::App& app) {
                     "element by element, the analytic gradient, the numeric one and the relative error")
         ->excludes(filter)
         ->excludes(list);
+    cmd->add_option("--break-grad", opt->break_grad,
+                    "Run the checks with a deliberately wrong backward, to see what a failing check looks like:\n"
+                    "layernorm-mean (LayerNorm's backward without its mean term) or layernorm-variance (without its\n"
+                    "variance term); then the exit status is 0 when a check caught it, 1 when none did.\n"
+                    "Example: tapeformer gradcheck --op layer_norm --break-grad layernorm-mean")
+        ->check(CLI::IsMember(broken_gradient_names()));
     cmd->callback([opt]() {
         opt->color = isatty(STDOUT_FILENO) != 0;
         command_exit_code() = tf::f64::run_gradcheck_cli(*opt) > 0 ? 1 : 0;

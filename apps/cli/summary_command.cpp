@@ -46,9 +46,13 @@ void add_summary_command(CLI::App& app) {
     cmd->add_option("--vocab", opt->vocab, "Vocabulary size V, both sides" + with_init)->check(number_above(5, false))->capture_default_str();
     cmd->add_option("--norm", opt->norm, "post or pre" + with_init)->check(CLI::IsMember({"post", "pre"}))->capture_default_str();
     cmd->add_option("--tie", opt->tie, "none, decoder or all" + with_init)->check(CLI::IsMember({"none", "decoder", "all"}))->capture_default_str();
-    cmd->callback([opt, cmd]() {
+    const std::vector<std::string> switches = add_model_switch_flags(*cmd, opt->config, with_init);
+    cmd->callback([opt, cmd, switches]() {
         const bool model_given = cmd->count("--model") > 0;
         if (!model_given && !opt->init) throw std::runtime_error("summary: give --model DIR or --init (see tapeformer summary --help)");
+        for (const std::string& flag : switches)
+            if (model_given && cmd->count(flag))
+                throw std::runtime_error(flag + ": only with --init; --model DIR brings its own model");
         std::unique_ptr<Transformer> built;
         ModelBundle bundle;
         Transformer* m = nullptr;

@@ -13,8 +13,10 @@ struct GradcheckCliOptions {
     std::string op;      // non-empty: check this one op and print it element by element
     bool color = false;
     bool list_only = false;
+    std::string break_grad;  // non-empty: run under this deliberately wrong backward (ops.h BrokenGradient)
 };
-// Prints the table (or, with `op`, one op element by element) to stdout; returns the number of failed checks.
+// Prints the table (or, with `op`, one op element by element) to stdout; returns the number of failed checks,
+// or, with `break_grad`, 0 when the wrong backward was caught (some check failed) and 1 when it was not.
 // An unknown op throws std::invalid_argument listing the valid names.
 int run_gradcheck_cli(const GradcheckCliOptions& options);
 }  // namespace f64

@@ -20,7 +20,9 @@ GradcheckResult check_one_op(const std::string& op, std::uint64_t seed);
 // That check element by element: input, position, analytic, numeric, |difference|, relative error; a verdict.
 std::string format_gradcheck_elements(const GradcheckResult& result);
 // The model's blocks: attention with each mask, head gates, encoder and decoder layers in both norm
-// positions, the label-smoothed loss, a whole tiny model (src/gradcheck_suite/model_blocks.cpp).
+// positions, the label-smoothed loss, a whole tiny model; then the parts that can be switched off
+// (unscaled scores, no residual, no LayerNorm; no causal mask and no positions in a whole model)
+// (src/gradcheck_suite/model_blocks.cpp).
 std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed);
 // The primitive ops, then the blocks.
 std::vector<GradcheckResult> check_everything(std::uint64_t seed);

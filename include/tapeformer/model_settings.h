@@ -22,4 +22,9 @@ const std::vector<Setting<ModelConfig>>& model_settings();
 std::map<std::string, std::string> to_metadata(const ModelConfig& c);
 ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& metadata);
 
+// The parts of the paper's model that `c` switches off, as the flags that do it ("--no-causal-mask",
+// "--positional none"), in the table's order; empty for the paper's model. For headers that say which
+// model is shown.
+std::vector<std::string> switched_off_parts(const ModelConfig& c);
+
 TF_NAMESPACE_END

@@ -8,6 +8,7 @@
 // Bad shapes or arguments throw std::invalid_argument naming the op and the shapes.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tapeformer/random.h"
@@ -85,6 +86,29 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gam
 // dropped-out copy of the residual. add_layer_norm when p == 0 or training is false.
 Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, Rng& rng, const Tensor& gamma,
                               const Tensor& beta, real eps = real(1e-5), bool training = true);
+
+// ---- deliberately wrong gradients, for teaching ---------------------------------------------------------
+// While a BrokenGradientScope lives, the layer norm ops (layer_norm, add_*layer_norm) it records leave one
+// term out of their hand-derived backward (ops.cpp, beside the term): layernorm-mean the path through the
+// mean, layernorm-variance the path through the variance. Forward values are untouched, so gradcheck and
+// explain --backward show a wrong gradient and nothing else. Only `gradcheck --break-grad` and
+// `explain --backward --break-grad` open a scope; training refuses to run inside one.
+enum class BrokenGradient { None, LayerNormMean, LayerNormVariance };
+const char* to_string(BrokenGradient b);                         // "none", "layernorm-mean", "layernorm-variance"
+BrokenGradient parse_broken_gradient(const std::string& name);   // throws std::invalid_argument listing the names
+std::vector<std::string> broken_gradient_names();                // the names of the broken ones (not "none")
+std::string broken_gradient_description(BrokenGradient b);       // what is left out, in a sentence
+BrokenGradient broken_gradient();                                // the one in effect (None outside a scope)
+class BrokenGradientScope {
+public:
+    explicit BrokenGradientScope(BrokenGradient b);
+    ~BrokenGradientScope();
+    BrokenGradientScope(const BrokenGradientScope&) = delete;
+    BrokenGradientScope& operator=(const BrokenGradientScope&) = delete;
+
+private:
+    BrokenGradient previous_;
+};
 
 // ---- regularisation -----------------------------------------------------------------------------------
 // Inverted dropout: each value is zeroed with probability p, survivors are scaled by 1/(1−p). The mask of

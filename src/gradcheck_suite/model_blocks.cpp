@@ -1,5 +1,6 @@
 // Gradient checks of whole model blocks: attention with each kind of mask, encoder and decoder layers in
-// both norm positions, the head gates, the label-smoothed loss and a tiny complete model. Every block is
+// both norm positions and with parts switched off, the head gates, the label-smoothed loss and a tiny
+// complete model. Every block is
 // a composition of primitive ops, so these checks prove the compositions, not new backward code.
 #include <memory>
 
@@ -98,9 +99,8 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
             return attn->forward(x[0], x[0], tgt_mask, Pass{});
         }, in, opt));
     }
-    for (NormPosition norm : {NormPosition::Post, NormPosition::Pre}) {
-        const std::string tag = norm == NormPosition::Post ? " (post-norm)" : " (pre-norm, gelu)";
-        const ModelConfig c = tiny_config(norm, norm == NormPosition::Post ? Activation::ReLU : Activation::GELU);
+    // An encoder and a decoder layer built with `c`, each with every parameter as an input.
+    auto check_layers = [&](const std::string& tag, const ModelConfig& c) {
         auto enc = std::make_shared<EncoderLayer>(c);
         auto dec = std::make_shared<DecoderLayer>(c);
         Rng init(seed + 1);
@@ -121,29 +121,65 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
             Rng rng(6);
             return dec->forward(x[0], x[1], tgt_mask, src_mask, Pass{&rng});
         }, in_d, opt));
-    }
+    };
+    check_layers(" (post-norm)", tiny_config(NormPosition::Post, Activation::ReLU));
+    check_layers(" (pre-norm, gelu)", tiny_config(NormPosition::Pre, Activation::GELU));
     {  // the loss the model minimises, on (B, T, V) logits with padded targets
         const std::vector<std::int32_t> target = {4, 5, 2, 6, 2, 0};
         out.push_back(gradcheck("label-smoothed loss (eps 0.1, pad ignored)", [target](auto& x) {
             return sequence_loss(x[0], target, 0, real(0.1));
         }, {random_tensor({B, T, 7}, ++k, -2, 2)}, opt));
     }
-    for (Tying tie : {Tying::None, Tying::All}) {  // a whole tiny model, to the loss
-        ModelConfig c = tiny_config(NormPosition::Post, Activation::ReLU);
-        c.tie = tie;
-        if (tie == Tying::All) c.tgt_vocab = c.src_vocab;
-        auto model = std::make_shared<Transformer>(c, seed + 2);
+    // A whole tiny model, to the loss: untied, tied, and with the decoder's and the input's switches off
+    // (no causal mask, no positions, unscaled scores: no layer check above sees them).
+    struct ModelVariant {
+        std::string tag;
+        ModelConfig config;
+    };
+    std::vector<ModelVariant> models = {{"tie none", tiny_config(NormPosition::Post, Activation::ReLU)},
+                                        {"tie all", tiny_config(NormPosition::Post, Activation::ReLU)},
+                                        {"no causal mask, positional none, unscaled scores",
+                                         tiny_config(NormPosition::Post, Activation::ReLU)}};
+    models[1].config.tie = Tying::All;
+    models[1].config.tgt_vocab = models[1].config.src_vocab;
+    models[2].config.causal_mask = models[2].config.score_scaling = false;
+    models[2].config.positional = PositionalKind::None;
+    for (const ModelVariant& variant : models) {
+        auto model = std::make_shared<Transformer>(variant.config, seed + 2);
         ParamList params = model->parameters();
         jitter(params, ++k);
         const std::vector<std::int32_t> target = {4, 5, 2, 6, 2, 0};
         // About 2,000 values: 16 evenly spread elements of each tensor keep the check quick.
-        out.push_back(gradcheck(std::string("whole model to the loss (tie ") + to_string(tie) + ")",
+        out.push_back(gradcheck("whole model to the loss (" + variant.tag + ")",
                                 [model, src, tgt, target](auto&) {
                                     Rng rng(9);
                                     Tensor logits = model->forward(src, 2, 4, tgt, 3, Pass{&rng});
                                     return sequence_loss(logits, target, 0, real(0.1));
                                 },
                                 tensors_of(params), GradcheckOptions{1e-6, 1e-6, seed, 16}));
+    }
+    {  // dot scores without the 1/√D (--no-score-scaling), causal self-attention
+        auto attn = std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Dot, /*scaled=*/false);
+        Rng init(seed);
+        attn->init(init);
+        ParamList params = named_parameters(*attn);
+        jitter(params, ++k);
+        std::vector<Tensor> in = {random_tensor({B, T, C}, ++k)};
+        for (const Tensor& t : tensors_of(params)) in.push_back(t);
+        out.push_back(gradcheck("attention: unscaled dot scores, causal self + padding mask", [attn, tgt_mask](auto& x) {
+            return attn->forward(x[0], x[0], tgt_mask, Pass{});
+        }, in, opt));
+    }
+    {  // the layers with parts switched off (the whole model above has the rest)
+        ModelConfig post = tiny_config(NormPosition::Post, Activation::ReLU), pre = tiny_config(NormPosition::Pre, Activation::ReLU);
+        post.residual = pre.residual = false;
+        check_layers(" (post-norm, no residual)", post);
+        check_layers(" (pre-norm, no residual)", pre);
+        ModelConfig no_norm = tiny_config(NormPosition::Post, Activation::ReLU);
+        no_norm.layer_norm = false;
+        check_layers(" (no LayerNorm)", no_norm);
+        no_norm.residual = false;
+        check_layers(" (no LayerNorm, no residual)", no_norm);
     }
     return out;
 }

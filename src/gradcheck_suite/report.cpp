@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "tapeformer/ops.h"
+
 TF_NAMESPACE_BEGIN
 
 std::vector<GradcheckResult> check_everything(std::uint64_t seed) {
@@ -81,10 +83,25 @@ std::string format_gradcheck_elements(const GradcheckResult& r) {
 }
 
 int run_gradcheck_cli(const GradcheckCliOptions& options) {
+    const BrokenGradient broken = parse_broken_gradient(options.break_grad.empty() ? "none" : options.break_grad);
+    BrokenGradientScope scope(broken);
+    if (broken != BrokenGradient::None && !options.list_only)
+        std::cout << "--break-grad " << to_string(broken) << ": a deliberately wrong backward, " << broken_gradient_description(broken)
+                  << ". The checks through it should FAIL.\n\n";
+    // With a wrong backward planted, the question is whether gradcheck catches it: then failed checks are
+    // the expected outcome, and none failing is the one to report.
+    auto verdict = [&](int failed) {
+        if (broken == BrokenGradient::None) return failed;
+        std::cout << "\n--break-grad " << to_string(broken) << ": "
+                  << (failed ? "caught by " + std::to_string(failed) + (failed == 1 ? " check" : " checks")
+                             : std::string("NOT caught: no check here runs through it"))
+                  << "\n";
+        return failed ? 0 : 1;
+    };
     if (!options.op.empty()) {
         const GradcheckResult r = check_one_op(options.op, options.seed);
         std::cout << format_gradcheck_elements(r);
-        return r.passed ? 0 : 1;
+        return verdict(r.passed ? 0 : 1);
     }
     std::vector<GradcheckResult> all = check_everything(options.seed), picked;
     for (auto& r : all)
@@ -96,7 +113,7 @@ int run_gradcheck_cli(const GradcheckCliOptions& options) {
     std::cout << format_gradcheck_table(picked, options.color);
     int failed = 0;
     for (auto& r : picked) failed += !r.passed;
-    return failed;
+    return verdict(failed);
 }
 
 TF_NAMESPACE_END

@@ -69,13 +69,15 @@ AttentionScore parse_attention_score(const std::string& s) {
     throw std::invalid_argument("attention scoring '" + s + "' is not one of: dot, additive");
 }
 
-MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dropout, AttentionScore score_)
-    : C(C_), H(H_), D(C_ / H_), score(score_), in_proj_weight(make_param({3 * C_, C_})), in_proj_bias(make_param({3 * C_})),
+MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dropout, AttentionScore score_, bool scaled_)
+    : C(C_), H(H_), D(C_ / H_), score(score_), scaled(scaled_), in_proj_weight(make_param({3 * C_, C_})), in_proj_bias(make_param({3 * C_})),
       out_proj(C_, C_, true), dropout_p(dropout), gate(Tensor::full({1, H_, 1, 1}, 1)) {
     if (H <= 0 || C % H != 0)
         throw std::invalid_argument("attention: d_model " + std::to_string(C) + " is not divisible by heads " +
                                     std::to_string(H));
     if (score == AttentionScore::Additive) score_v = make_param({H, D});
+    if (!scaled && score != AttentionScore::Dot)
+        throw std::invalid_argument(std::string("attention: only dot-product scores are scaled by 1/sqrt(D), not ") + to_string(score));
 }
 
 Tensor MultiHeadAttention::project_q(const Tensor& x, const Pass& pass) const {
@@ -95,10 +97,11 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
     pass.probe(this, "q", q);
     pass.probe(this, "k", k);
     pass.probe(this, "v", v);
-    // scores = Q Kᵀ / √D: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk), the 1/√D inside the product;
+    // scores = Q Kᵀ / √D: (B, H, Tq, D) @ (B, H, Tk, D)ᵀ -> (B, H, Tq, Tk), the 1/√D inside the product
+    // (unscaled: Q Kᵀ, whose entries grow like √D, so softmax saturates);
     // or additive: s_ij = v · tanh(q_i + k_j), (B, H, Tq, D), (B, H, Tk, D), (H, D) -> (B, H, Tq, Tk)
-    Tensor scores = score == AttentionScore::Dot ? matmul(q, k, false, true, real(1) / std::sqrt(real(D)))
-                                                 : additive_scores(q, k, score_v);
+    const real s = scaled ? real(1) / std::sqrt(real(D)) : real(1);
+    Tensor scores = score == AttentionScore::Dot ? matmul(q, k, false, true, s) : additive_scores(q, k, score_v);
     pass.probe(this, "scores", scores);
     if (mask.defined()) pass.probe(this, "mask", mask);  // added inside softmax
     Tensor weights = softmax(scores, mask);  // (B, H, Tq, Tk), each row sums to 1 over the keys
@@ -126,7 +129,8 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
                                     key_value.shape().str() + " must be (B, T, " + std::to_string(C) + ")");
     if (cache && tape().recording())
         throw std::logic_error("attention: a key/value cache is for inference only (run it under NoGradGuard)");
-    const bool fused = pass.fuse_attention && score == AttentionScore::Dot && !cache && !pass.observer &&
+    // (attention_heads computes the paper's scaled scores only)
+    const bool fused = pass.fuse_attention && score == AttentionScore::Dot && scaled && !cache && !pass.observer &&
                        !gate.requires_grad() && is_all_ones(gate);
     if (fused) {  // the same numbers as attend() below, in one op (ops.h attention_heads)
         Rng unused;

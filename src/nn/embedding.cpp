@@ -32,6 +32,7 @@ void Embedding::init(Rng& rng) {
 }
 
 PositionalEncoding::PositionalEncoding(PositionalKind k, std::int64_t max_len, std::int64_t C) : kind(k) {
+    if (kind == PositionalKind::None) return;
     if (kind == PositionalKind::Learned) {
         table = make_param({max_len, C});
         return;
@@ -49,6 +50,7 @@ PositionalEncoding::PositionalEncoding(PositionalKind k, std::int64_t max_len, s
 }
 
 Tensor PositionalEncoding::forward(const Tensor& x, std::int64_t start, const Pass& pass) const {
+    if (kind == PositionalKind::None) throw std::logic_error("positional encoding: the model has none (positional none)");
     const std::int64_t T = x.size(1);
     if (start + T > table.size(0))
         throw std::invalid_argument("positional encoding: position " + std::to_string(start + T - 1) +

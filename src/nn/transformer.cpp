@@ -19,7 +19,9 @@ TF_NAMESPACE_BEGIN
 const char* to_string(NormPosition n) { return n == NormPosition::Post ? "post" : "pre"; }
 const char* to_string(Activation a) { return a == Activation::ReLU ? "relu" : "gelu"; }
 const char* to_string(Tying t) { return t == Tying::None ? "none" : t == Tying::Decoder ? "decoder" : "all"; }
-const char* to_string(PositionalKind p) { return p == PositionalKind::Sinusoidal ? "sinusoidal" : "learned"; }
+const char* to_string(PositionalKind p) {
+    return p == PositionalKind::Sinusoidal ? "sinusoidal" : p == PositionalKind::Learned ? "learned" : "none";
+}
 
 NormPosition parse_norm_position(const std::string& s) {
     if (s == "post") return NormPosition::Post;
@@ -40,7 +42,8 @@ Tying parse_tying(const std::string& s) {
 PositionalKind parse_positional(const std::string& s) {
     if (s == "sinusoidal") return PositionalKind::Sinusoidal;
     if (s == "learned") return PositionalKind::Learned;
-    throw std::invalid_argument("positional encoding '" + s + "' is not one of: sinusoidal, learned");
+    if (s == "none") return PositionalKind::None;
+    throw std::invalid_argument("positional encoding '" + s + "' is not one of: sinusoidal, learned, none");
 }
 
 namespace {
@@ -90,6 +93,13 @@ void ModelConfig::validate_settings() const {
     for (auto [name, id] : {std::pair<const char*, std::int32_t>{"pad_id", pad_id}, {"bos_id", bos_id}, {"eos_id", eos_id}})
         if (id < 0 || id >= std::min(src_vocab, tgt_vocab))
             throw std::invalid_argument(std::string("model config: ") + name + " " + std::to_string(id) + " is outside the vocabulary");
+    // The switched-off parts where switching them off means nothing.
+    if (!score_scaling && attention != AttentionScore::Dot)
+        throw std::invalid_argument("model config: score_scaling false (--no-score-scaling) takes the 1/sqrt(D) out of dot-product "
+                                    "scores, but attention is '" + std::string(to_string(attention)) + "', which has none");
+    if (!layer_norm && norm == NormPosition::Pre)
+        throw std::invalid_argument("model config: layer_norm false (--no-layer-norm) leaves no LayerNorm for norm 'pre' to place "
+                                    "before the sublayers (without LayerNorm post and pre are one model: leave norm at 'post')");
 }
 
 void ModelConfig::validate() const {
@@ -160,6 +170,10 @@ std::optional<ModelConfig> plainest(const ModelConfig& c, const std::string& key
     if (key == "output_bias") set(v.output_bias, false);
     if (key == "norm") set(v.norm, NormPosition::Post);
     if (key == "positional") set(v.positional, PositionalKind::Sinusoidal);
+    if (key == "layer_norm") {
+        set(v.layer_norm, false);
+        v.norm = NormPosition::Post;  // the only position without LayerNorm (validate_settings)
+    }
     if (key == "enc_layers") set(v.enc_layers, std::int64_t{1});
     if (key == "dec_layers") set(v.dec_layers, std::int64_t{1});
     if (!changed) return std::nullopt;
@@ -197,7 +211,7 @@ std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
         for (std::string& from : p.dims_from)
             if (from.empty()) from = "d_model";
     // The setting that gives the model a parameter: the first in this order whose plainest value takes it away.
-    for (const char* key : {"attention", "output_bias", "norm", "positional", "enc_layers", "dec_layers"}) {
+    for (const char* key : {"attention", "output_bias", "norm", "positional", "layer_norm", "enc_layers", "dec_layers"}) {
         const std::optional<ModelConfig> v = plainest(*this, key);
         if (!v) continue;
         std::set<std::string> kept;
@@ -210,47 +224,65 @@ std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
 
 // ---- layers ------------------------------------------------------------------------------------------------
 
+namespace {
+// A layer's LayerNorm, or an undefined one (no parameters, left out of the walk) without layer_norm.
+LayerNorm layer_norm_of(const ModelConfig& c) { return c.layer_norm ? LayerNorm(c.d_model) : LayerNorm(); }
+}  // namespace
+
 EncoderLayer::EncoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention),
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
-      norm1(c.d_model), norm2(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
+      norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), dropout_p(real(c.dropout)), norm(c.norm),
+      residual(c.residual), layer_norm(c.layer_norm) {}
 
 namespace {
-// The sublayer connections, each reporting its output. Post-norm: "Add & Norm" of a sublayer's output after
-// its dropout, LN(x + dropout(sublayer output)), one fused op (add_dropout_layer_norm in ops.h), reported by
-// the LayerNorm. Pre-norm: the LayerNorm before the sublayer, then x + dropout(sublayer output), reported by
-// the layer.
-Tensor post_norm(const LayerNorm& norm, const Tensor& x, const Tensor& sublayer_out, real dropout_p, const Pass& pass) {
-    Tensor y = add_dropout_layer_norm(x, sublayer_out, dropout_p, pass, norm.weight, norm.bias, norm.eps);  // (B, T, C)
-    pass.probe(&norm, "add_norm", y);
-    return y;
-}
-Tensor pre_norm(const LayerNorm& norm, const Tensor& x, const Pass& pass) {
-    Tensor y = norm.forward(x);  // (B, T, C)
-    pass.probe(&norm, "norm", y);
-    return y;
-}
-template <class Layer>
-Tensor residual(const Layer* layer, const Tensor& x, const Tensor& sublayer_out, real dropout_p, const Pass& pass) {
-    Tensor y = add(x, dropout(sublayer_out, dropout_p, pass));  // (B, T, C)
-    pass.probe(layer, "residual", y);
+// The sublayer connection around `sublayer` (a function of the sublayer's input), each form reporting its
+// output:
+//   post-norm:             LN(x + dropout(sublayer(x)))   one fused op (add_dropout_layer_norm in ops.h),
+//                                                        reported by the LayerNorm as "add_norm"
+//   pre-norm:              x + dropout(sublayer(LN(x)))   LN(x) reported as "norm", the sum by the layer as
+//                                                        "residual"
+//   no residual:           the same without "x +": LN(dropout(sublayer(x))) ("norm") or
+//                          dropout(sublayer(LN(x))) (no probe: the next sublayer's "norm" shows it)
+//   no LayerNorm:          x + dropout(sublayer(x))       ("residual"; post and pre are the same model)
+//   neither:               dropout(sublayer(x))           (no probe)
+template <class Layer, class Sublayer>
+Tensor sublayer_connection(const Layer* layer, const LayerNorm& norm, const Tensor& x, const Sublayer& sublayer,
+                           const Pass& pass) {
+    const real p = layer->dropout_p;
+    const bool post = layer->norm == NormPosition::Post, ln = layer->layer_norm;
+    Tensor in = x;
+    if (ln && !post) {
+        in = norm.forward(x);  // (B, T, C)
+        pass.probe(&norm, "norm", in);
+    }
+    const Tensor out = sublayer(in);  // (B, T, C)
+    if (ln && post && layer->residual) {
+        Tensor y = add_dropout_layer_norm(x, out, p, pass, norm.weight, norm.bias, norm.eps);  // (B, T, C)
+        pass.probe(&norm, "add_norm", y);
+        return y;
+    }
+    Tensor y = dropout(out, p, pass);  // (B, T, C)
+    if (layer->residual) {
+        y = add(x, y);  // (B, T, C)
+        pass.probe(layer, "residual", y);
+    } else if (ln && post) {
+        y = norm.forward(y);  // (B, T, C)
+        pass.probe(&norm, "norm", y);
+    }
     return y;
 }
 }  // namespace
 
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& mask, const Pass& pass) {
-    if (norm == NormPosition::Post) {
-        Tensor h = post_norm(norm1, x, self_attn.forward(x, x, mask, pass), dropout_p, pass);
-        return post_norm(norm2, h, ff.forward(h, pass), dropout_p, pass);
-    }
-    Tensor n1 = pre_norm(norm1, x, pass);
-    Tensor h = residual(this, x, self_attn.forward(n1, n1, mask, pass), dropout_p, pass);
-    return residual(this, h, ff.forward(pre_norm(norm2, h, pass), pass), dropout_p, pass);
+    Tensor h = sublayer_connection(this, norm1, x, [&](const Tensor& in) { return self_attn.forward(in, in, mask, pass); }, pass);
+    return sublayer_connection(this, norm2, h, [&](const Tensor& in) { return ff.forward(in, pass); }, pass);
 }
 
 void EncoderLayer::visit(ModuleWalk& walk) const {
     walk.child("self_attn", self_attn, "self-attention");
     walk.child("ff", ff, "feed-forward", /*flat=*/true);
+    if (!layer_norm) return;
     walk.child("norm1", norm1);
     walk.child("norm2", norm2);
 }
@@ -261,31 +293,30 @@ void EncoderLayer::init(Rng& rng) {
 }
 
 DecoderLayer::DecoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention),
-      multihead_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention),
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling),
+      multihead_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
-      norm1(c.d_model), norm2(c.d_model), norm3(c.d_model), dropout_p(real(c.dropout)), norm(c.norm) {}
+      norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), norm3(layer_norm_of(c)), dropout_p(real(c.dropout)), norm(c.norm),
+      residual(c.residual), layer_norm(c.layer_norm), causal(c.causal_mask) {}
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                              const Pass& pass, DecoderLayerCache* cache) {
     KVCache* self_cache = cache ? &cache->self_attn : nullptr;
     KVCache* memory_cache = cache ? &cache->multihead_attn : nullptr;
-    if (norm == NormPosition::Post) {
-        Tensor h = post_norm(norm1, x, self_attn.forward(x, x, self_mask, pass, self_cache), dropout_p, pass);
-        h = post_norm(norm2, h, multihead_attn.forward(h, memory, memory_mask, pass, memory_cache), dropout_p, pass);
-        return post_norm(norm3, h, ff.forward(h, pass), dropout_p, pass);
-    }
-    Tensor n1 = pre_norm(norm1, x, pass);
-    Tensor h = residual(this, x, self_attn.forward(n1, n1, self_mask, pass, self_cache), dropout_p, pass);
-    h = residual(this, h, multihead_attn.forward(pre_norm(norm2, h, pass), memory, memory_mask, pass, memory_cache),
-                 dropout_p, pass);
-    return residual(this, h, ff.forward(pre_norm(norm3, h, pass), pass), dropout_p, pass);
+    Tensor h = sublayer_connection(this, norm1, x, [&](const Tensor& in) {
+        return self_attn.forward(in, in, self_mask, pass, self_cache);
+    }, pass);
+    h = sublayer_connection(this, norm2, h, [&](const Tensor& in) {
+        return multihead_attn.forward(in, memory, memory_mask, pass, memory_cache);
+    }, pass);
+    return sublayer_connection(this, norm3, h, [&](const Tensor& in) { return ff.forward(in, pass); }, pass);
 }
 
 void DecoderLayer::visit(ModuleWalk& walk) const {
-    walk.child("self_attn", self_attn, "causal self-attention");
+    walk.child("self_attn", self_attn, causal ? "causal self-attention" : "self-attention, no causal mask");
     walk.child("multihead_attn", multihead_attn, "cross-attention");
     walk.child("ff", ff, "feed-forward", /*flat=*/true);
+    if (!layer_norm) return;
     walk.child("norm1", norm1);
     walk.child("norm2", norm2);
     walk.child("norm3", norm3);
@@ -344,7 +375,7 @@ Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
 void Transformer::visit(ModuleWalk& walk) const {
     walk.child("src_embed", src_embed);
     walk.child("tgt_embed", tgt_embed);  // src_embed's table when tie == All
-    walk.child("positional", positional);
+    if (config.positional != PositionalKind::None) walk.child("positional", positional);
     walk.layers("encoder", encoder);
     if (config.norm == NormPosition::Pre) walk.child("encoder.norm", encoder_norm);
     walk.layers("decoder", decoder);
@@ -374,7 +405,7 @@ Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B,
     check_ids("encode", src, B, S);
     pass.section("encoder", Input::Source);
     const Tensor mask = key_padding_mask(src, B, S, config.pad_id);  // (B, 1, 1, S)
-    Tensor x = dropout(positional.forward(src_embed.forward(src, B, S, pass), 0, pass), real(config.dropout), pass);  // (B, S, C)
+    Tensor x = dropout(embed(src_embed, src, B, S, 0, pass), real(config.dropout), pass);  // (B, S, C)
     for (auto& layer : encoder) x = layer.forward(x, mask, pass);
     if (config.norm == NormPosition::Pre) {
         x = encoder_norm.forward(x);  // (B, S, C)
@@ -388,7 +419,8 @@ Tensor Transformer::decode(const std::vector<std::int32_t>& dec_in, std::int64_t
                            const std::vector<std::int32_t>& src, std::int64_t S, const Pass& pass) {
     check_ids("decode", dec_in, B, T);
     check_ids("decode (source)", src, B, S);
-    const Tensor self_mask = causal_padding_mask(dec_in, B, T, config.pad_id);  // (B, 1, T, T)
+    const Tensor self_mask = config.causal_mask ? causal_padding_mask(dec_in, B, T, config.pad_id)  // (B, 1, T, T)
+                                                : key_padding_mask(dec_in, B, T, config.pad_id);    // (B, 1, 1, T)
     const Tensor memory_mask = key_padding_mask(src, B, S, config.pad_id);      // (B, 1, 1, S)
     return decoder_stack(dec_in, B, T, memory, self_mask, memory_mask, pass, nullptr);
 }
@@ -405,7 +437,7 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
                                   const Pass& pass, DecoderCache* cache) {
     const std::int64_t start = cache ? cache->position() : 0;
     pass.section("decoder", Input::Target);
-    Tensor x = dropout(positional.forward(tgt_embed.forward(dec_in, B, T, pass), start, pass), real(config.dropout), pass);  // (B, T, C)
+    Tensor x = dropout(embed(tgt_embed, dec_in, B, T, start, pass), real(config.dropout), pass);  // (B, T, C)
     for (std::size_t l = 0; l < decoder.size(); ++l)
         x = decoder[l].forward(x, memory, self_mask, memory_mask, pass, cache ? &cache->layers[l] : nullptr);
     if (config.norm == NormPosition::Pre) {
@@ -413,6 +445,13 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
         pass.probe(&decoder_norm, "final_norm", x);
     }
     return x;
+}
+
+Tensor Transformer::embed(const Embedding& table, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
+                         std::int64_t start, const Pass& pass) const {
+    Tensor x = table.forward(ids, B, T, pass);  // (B, T, C)
+    if (config.positional == PositionalKind::None) return x;
+    return positional.forward(x, start, pass);  // + PE[start .. start + T): (B, T, C)
 }
 
 Tensor Transformer::project(const Tensor& hidden, const Pass& pass) const {

@@ -146,7 +146,7 @@ void check_config_fits_tensors(const SafetensorsFile& weights, const ModelConfig
                                                shape_text(shape) + " (the metadata's settings give " + shape_text(p.shape) + ")");
     }
     // A tensor the config has no place for: the setting that would give a model that tensor (more layers,
-    // output_bias, pre-norm, learned positions, additive attention) is the one the metadata got wrong.
+    // output_bias, pre-norm, learned positions, additive attention, LayerNorm) is the one the metadata got wrong.
     for (const auto& [name, entry] : weights.tensors) {
         if (expected.count(name)) continue;
         ModelConfig widest = config;
@@ -155,6 +155,8 @@ void check_config_fits_tensors(const SafetensorsFile& weights, const ModelConfig
         widest.norm = NormPosition::Pre;
         widest.positional = PositionalKind::Learned;
         widest.attention = AttentionScore::Additive;
+        widest.score_scaling = true;  // (additive scores have no scaling to switch off)
+        widest.layer_norm = true;
         for (const ParameterShape& p : widest.parameter_shapes())
             if (p.name == name && !p.exists_because.empty())
                 fail<std::runtime_error>(weights.path, "tensor '" + name + "' is in the file, but " + setting(p.exists_because) +

@@ -35,6 +35,7 @@
 #include "tapeformer/data/vocab.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/io.h"
+#include "tapeformer/model_settings.h"
 #include "run/json_integer.h"
 #include "run/metrics_line.h"
 #include "tapeformer/run/train_settings.h"
@@ -480,9 +481,11 @@ void Trainer::build_model() {
         checkpointed_ = state_;
         log_ << "resuming from " << path << " (step " << state_.step << ", epoch " << state_.epoch + 1 << ")\n";
     }
+    std::string off;  // the parts of the paper's model switched off, as their flags
+    for (const std::string& flag : switched_off_parts(m)) off += ", " + flag;
     log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
          << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
-         << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << "); " << batcher_->num_batches()
+         << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << off << "); " << batcher_->num_batches()
          << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
          << (precision() == Precision::BF16 ? "; bf16 products" : "") << "; lr " << c_.optim.schedule.describe()
          << (average_ ? "; validates a weight average (ema " + fmt("%g", c_.optim.ema) + ")" : std::string()) << "\n";

@@ -4,6 +4,10 @@
 #include "tapeformer/run/train_step.h"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -63,6 +67,10 @@ StepResult train_step(const StepParts& parts, const StepBatch& b, const StepSett
     auto end = [&](StepPhase p) {
         if (hooks.phase_ends) hooks.phase_ends(p);
     };
+    // A deliberately wrong backward (ops.h BrokenGradientScope) is for gradcheck and explain, never an update.
+    if (broken_gradient() != BrokenGradient::None)
+        throw std::logic_error(std::string("train step: refusing to train with the deliberately wrong backward ") +
+                               to_string(broken_gradient()));
     StepResult result;
     Optimizer& optimizer = parts.optimizer;
 

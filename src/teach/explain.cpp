@@ -114,8 +114,16 @@ public:
             const std::int64_t D = seen.q.defined() ? seen.q.size(3) : 1;
             s.title = config_.attention == AttentionScore::Additive
                           ? "scores = v_h · tanh(q_i + k_j), additive scoring (v (H, D) = score_v)"
-                          : "scores = Q Kᵀ / √D (1/√D = " + fmt("%.4f", 1 / std::sqrt(double(D))) + ")";
+                      : config_.score_scaling
+                          ? "scores = Q Kᵀ / √D (1/√D = " + fmt("%.4f", 1 / std::sqrt(double(D))) + ")"
+                          : "scores = Q Kᵀ, not divided by √D (--no-score-scaling; √D = " + fmt("%.4f", std::sqrt(double(D))) + ")";
         }
+        // Post-norm without residual connections reports its LayerNorm as "norm"; without LayerNorm the
+        // residual sum is the sublayer's output, as in pre-norm.
+        if (probe == "norm" && config_.norm == NormPosition::Post)
+            s.title = "LayerNorm of the sublayer's output, no residual (--no-residual): LN(sublayer(x))";
+        if (probe == "residual" && !config_.layer_norm)
+            s.title = "residual: x + sublayer(x), no LayerNorm (--no-layer-norm)";
         if (probe == "mask") {
             const bool causal = value.size(2) > 1;
             s.title = std::string(causal ? "causal + padding" : "padding") + " " + s.title;
@@ -141,6 +149,7 @@ public:
 
     // A pre-norm LayerNorm belongs to the sublayer after it.
     void finish() {
+        if (config_.norm != NormPosition::Pre) return;
         for (std::size_t i = ex_.stages.size(); i-- > 1;)
             if (ex_.stages[i - 1].id == "norm" && ex_.stages[i - 1].layer == ex_.stages[i].layer)
                 ex_.stages[i - 1].block = ex_.stages[i].block;

@@ -248,6 +248,7 @@ std::string overview(const RunData& d) {
         for (const char* k : {"d_model", "heads", "ffn", "enc_layers", "dec_layers", "norm", "tie", "positional", "attention"})
             model += std::string(model.empty() ? "" : ", ") + k + " " + find_setting(model_settings(), k, /*by_key=*/true)->get(c.model);
         model += ", dropout " + num(c.model.dropout);
+        for (const std::string& off : switched_off_parts(c.model)) model += ", " + off;
         row("model", model);
         const Setting<TrainConfig>* optimizer = find_setting(train_settings(), "optim.optimizer", /*by_key=*/true);
         const Setting<TrainConfig>* schedule = find_setting(train_settings(), "optim.schedule", /*by_key=*/true);
@@ -536,6 +537,8 @@ std::string attention_section(const RunData& d) {
 std::string positional_section(const RunData& d) {
     if (!d.model.model) return missing("no model to read the table from: " + d.model_error);
     const Transformer& m = *d.model.model;
+    if (m.config.positional == PositionalKind::None)
+        return missing("this model has no positional encoding (--positional none): it sees each sentence as a bag of tokens");
     const Tensor& t = m.positional.table;  // (max_len, C)
     const std::int64_t P = std::min<std::int64_t>(t.size(0), 64), C = t.size(1);
     Heatmap h;
@@ -635,7 +638,9 @@ std::string masks_section(const RunData& d) {
     return para("Masks are added to the attention scores before the softmax: 0 keeps a key, −∞ hides it (dark = hidden). "
                 "The padding mask hides the padding keys of shorter sentences in a batch; the causal mask hides the "
                 "future from each decoder position; the decoder uses both. Built by key_padding_mask, causal_mask and "
-                "causal_padding_mask (nn/attention.h) for a batch of the sentences above.") +
+                "causal_padding_mask (nn/attention.h) for a batch of the sentences above." +
+                std::string(mc.causal_mask ? "" : " This model was trained without the causal mask (--no-causal-mask): its "
+                                                  "decoder uses the padding mask only.")) +
            "<div class=\"row\">\n<figure>" + pad_svg + "</figure>\n<figure>" + causal_svg + "</figure>\n<figure>" +
            heatmap_svg(cp) + "</figure>\n</div>\n";
 }

@@ -108,6 +108,35 @@ TEST_CASE("gradcheck: every model block passes, additive attention scoring inclu
     check_all_pass(results);
 }
 
+TEST_CASE("gradcheck: the switched-off forms of the model pass too", "[gradcheck][break_it]") {
+    // Every block with a part switched off is a composition of the same ops, so it passes like the paper's
+    // (check_all_pass in the case above); here: that the suite has them.
+    std::set<std::string> names;
+    for (const auto& r : tf::check_model_blocks(1)) names.insert(r.name);
+    for (const char* block : {"attention: unscaled dot scores, causal self + padding mask", "encoder layer (post-norm, no residual)",
+                              "decoder layer (pre-norm, no residual)", "encoder layer (no LayerNorm)",
+                              "decoder layer (no LayerNorm, no residual)",
+                              "whole model to the loss (no causal mask, positional none, unscaled scores)"}) {
+        INFO("block " << block);
+        CHECK(names.count(block) == 1);
+    }
+}
+
+TEST_CASE("gradcheck: LayerNorm's backward without its mean or variance term fails, and only inside the scope",
+          "[gradcheck][break_it]") {
+    for (tf::BrokenGradient broken : {tf::BrokenGradient::LayerNormMean, tf::BrokenGradient::LayerNormVariance}) {
+        INFO(tf::to_string(broken));
+        tf::GradcheckResult wrong;
+        {
+            tf::BrokenGradientScope scope(broken);
+            wrong = tf::check_one_op("layer_norm", 1);
+        }
+        CHECK_FALSE(wrong.passed);
+        CHECK(wrong.max_rel_error > 1e-2);  // not rounding: a missing term
+    }
+    CHECK(tf::check_one_op("layer_norm", 1).passed);  // the derived backward again after the scope
+}
+
 TEST_CASE("gradcheck: a backward off by 1e-3 relative fails, the exact one passes", "[gradcheck]") {
     const Tensor x = tf::random_tensor({3, 4}, 5);
     const tf::GradcheckResult exact = tf::gradcheck("square", [](auto& in) { return square(in[0], 1.0); }, {x});

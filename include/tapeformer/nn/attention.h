@@ -1,5 +1,6 @@
 // Multi-head attention ("Attention Is All You Need", section 3.2):
-//   Attention(Q, K, V) = softmax(Q Kᵀ / √D + mask) V      (or additive scores v·tanh(q_i + k_j), below)
+//   Attention(Q, K, V) = softmax(Q Kᵀ / √D + mask) V      (or additive scores v·tanh(q_i + k_j), below;
+//                                                          or, to break it, Q Kᵀ without the 1/√D)
 //   head_h = Attention(x_q W_qʰ, x_kv W_kʰ, x_kv W_vʰ),   MultiHead = concat_h(ξ_h · head_h) W_o
 // with H heads of width D = C / H. ξ_h is the head gate (1 by default): ∂L/∂ξ_h is the head importance of
 // Michel et al. (2019), and ξ_h = 0 masks the head. One module serves the three uses: encoder
@@ -73,6 +74,7 @@ struct MultiHeadAttention {
     static constexpr const char* kType = "MultiHeadAttention";
     std::int64_t C = 0, H = 0, D = 0;
     AttentionScore score = AttentionScore::Dot;
+    bool scaled = true;     // dot scores divided by √D (false: Q Kᵀ as it is, to watch softmax saturate)
     Tensor in_proj_weight;  // (3C, C): rows [0, C) are W_q, [C, 2C) W_k, [2C, 3C) W_v — PyTorch's layout
     Tensor in_proj_bias;    // (3C)
     Linear out_proj;        // W_o (C, C) and its bias
@@ -81,7 +83,8 @@ struct MultiHeadAttention {
     Tensor gate;            // ξ (1, H, 1, 1): not a parameter; set_requires_grad(true) to get ∂L/∂ξ
 
     MultiHeadAttention() = default;
-    MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout, AttentionScore score = AttentionScore::Dot);
+    MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout, AttentionScore score = AttentionScore::Dot,
+                       bool scaled = true);
 
     // query (B, Tq, C), key_value (B, Tk, C) -> (B, Tq, C). mask broadcasts to (B, H, Tq, Tk).
     // When query and key_value are the same tensor (self-attention), Q, K and V come from one fused (C -> 3C)

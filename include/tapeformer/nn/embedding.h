@@ -23,14 +23,16 @@ struct Embedding {
     void init(Rng& rng);
 };
 
-enum class PositionalKind { Sinusoidal, Learned };
+// None: no positional signal at all: the model sees its input as a bag of tokens (attention is
+// permutation-equivariant), which the model leaves out of its walk and its forward.
+enum class PositionalKind { Sinusoidal, Learned, None };
 
 struct PositionalEncoding {
     static constexpr const char* kType = "PositionalEncoding";
     PositionalKind kind = PositionalKind::Sinusoidal;
     // Sinusoidal: a constant table, computed once:
     //   PE[pos, 2i] = sin(pos / 10000^(2i/C)),   PE[pos, 2i+1] = cos(pos / 10000^(2i/C))
-    // Learned: a parameter of the same shape (max_len, C).
+    // Learned: a parameter of the same shape (max_len, C). None: undefined.
     Tensor table;
 
     PositionalEncoding() = default;

@@ -6,6 +6,8 @@
 //                               x = LN₂(x + Dropout(CrossAttn(x, memory)))
 //                               x = LN₃(x + Dropout(FFN(x)))
 //   pre-norm instead computes x = x + Dropout(Sublayer(LN(x))) and ends each stack with a LayerNorm.
+//   Without residual connections (ModelConfig::residual) the "x +" goes; without LayerNorm (layer_norm) the
+//   LN goes (and its parameters), leaving x + Dropout(Sublayer(x)); without either, Dropout(Sublayer(x)).
 //   logits = decoder output @ generatorᵀ  (+ generator_bias with output_bias)
 //
 // Batch conventions: source = tokens + EOS; decoder input = BOS + tokens; target = tokens + EOS; rows are
@@ -51,6 +53,12 @@ struct ModelConfig {
     PositionalKind positional = PositionalKind::Sinusoidal;
     AttentionScore attention = AttentionScore::Dot;  // how queries score keys (the paper: Dot)
     bool output_bias = false;         // logits = x Wᵀ + b instead of x Wᵀ (PyTorch's nn.Linear has the b)
+    // Parts of the paper's model that can be switched off to watch what each does ("break it"): every one
+    // is on by default, and a model without one is still a model (trained, saved, loaded, decoded).
+    bool causal_mask = true;          // decoder self-attention: position t sees targets 0..t only
+    bool score_scaling = true;        // dot-product scores Q Kᵀ / √D (off: Q Kᵀ); dot scoring only
+    bool residual = true;             // every sublayer's output added to its input (x + Sublayer(x))
+    bool layer_norm = true;           // the LayerNorms (off: none at all, so post and pre are the same; post only)
     std::int64_t max_len = 256;       // longest sequence the positional table covers
     std::int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
@@ -92,16 +100,18 @@ struct EncoderLayer {
     static constexpr const char* kType = "EncoderLayer";
     MultiHeadAttention self_attn;
     FeedForward ff;  // linear1, linear2
-    LayerNorm norm1, norm2;
+    LayerNorm norm1, norm2;  // undefined (and not in the walk) without layer_norm
     real dropout_p = 0;
     NormPosition norm = NormPosition::Post;
+    bool residual = true, layer_norm = true;  // ModelConfig's switches
 
     EncoderLayer() = default;
     explicit EncoderLayer(const ModelConfig& c);
-    // x (B, S, C), mask (B, 1, 1, S) -> (B, S, C). Probes, after each sublayer, "add_norm" (post-norm, from
-    // the LayerNorm that made it) or "residual" (pre-norm), and "norm" (pre-norm: the sublayer's input).
+    // x (B, S, C), mask (B, 1, 1, S) -> (B, S, C). Probes, after each sublayer: "add_norm" (post-norm, from
+    // the LayerNorm that made it), "residual" (pre-norm, or no LayerNorm) or, without a residual, "norm"
+    // (post-norm) or nothing; and "norm" before it (pre-norm: the sublayer's input).
     Tensor forward(const Tensor& x, const Tensor& mask, const Pass& pass);
-    void visit(ModuleWalk& walk) const;  // self_attn, ff (linear1, linear2), norm1, norm2
+    void visit(ModuleWalk& walk) const;  // self_attn, ff (linear1, linear2), norm1, norm2 (with layer_norm)
     void init(Rng& rng);
 };
 
@@ -119,12 +129,14 @@ struct DecoderCache {
 
 struct DecoderLayer {
     static constexpr const char* kType = "DecoderLayer";
-    MultiHeadAttention self_attn;       // causal
+    MultiHeadAttention self_attn;       // causal (unless the model's causal_mask is off)
     MultiHeadAttention multihead_attn;  // cross-attention over the encoder output
     FeedForward ff;
-    LayerNorm norm1, norm2, norm3;
+    LayerNorm norm1, norm2, norm3;  // undefined (and not in the walk) without layer_norm
     real dropout_p = 0;
     NormPosition norm = NormPosition::Post;
+    bool residual = true, layer_norm = true;  // ModelConfig's switches
+    bool causal = true;  // the model's causal_mask (which Transformer::decode builds): names self_attn's role
 
     DecoderLayer() = default;
     explicit DecoderLayer(const ModelConfig& c);
@@ -134,7 +146,7 @@ struct DecoderLayer {
     // Probes as EncoderLayer's.
     Tensor forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                    const Pass& pass, DecoderLayerCache* cache = nullptr);
-    void visit(ModuleWalk& walk) const;  // self_attn, multihead_attn, ff (linear1, linear2), norm1, norm2, norm3
+    void visit(ModuleWalk& walk) const;  // self_attn, multihead_attn, ff (linear1, linear2), norm1..3 (with layer_norm)
     void init(Rng& rng);
 };
 
@@ -156,7 +168,7 @@ public:
     Transformer(const Transformer&) = delete;
     Transformer& operator=(const Transformer&) = delete;
 
-    // The module walk (module.h): src_embed, tgt_embed, positional, encoder.layers.<i>, encoder.norm
+    // The module walk (module.h): src_embed, tgt_embed, positional (unless none), encoder.layers.<i>, encoder.norm
     // (pre-norm), decoder.layers.<i>, decoder.norm (pre-norm), then the parameters generator.weight and
     // generator.bias (with output_bias).
     void visit(ModuleWalk& walk) const;
@@ -175,7 +187,9 @@ public:
     // The same decoder with a cache, a few positions (usually one) per call, for translation: dec_in (N, T) are
     // each row's next T tokens, at positions cache.position() onwards; memory (N, S, C) is read on the
     // first call only (cross-attention keeps its projection); memory_mask (N, 1, 1, S) -> hidden (N, T, C).
-    // Every call runs DecoderLayer::forward, as decode does, in evaluation mode. Needs NoGradGuard.
+    // Every call runs DecoderLayer::forward, as decode does, in evaluation mode. Needs NoGradGuard. Without
+    // the causal mask (config.causal_mask false) too, a position sees only the positions fed so far: the
+    // later ones do not exist yet, which is why such a model learns to read a future it never gets.
     Tensor decode_step(const std::vector<std::int32_t>& dec_in, std::int64_t N, std::int64_t T, const Tensor& memory,
                        const Tensor& memory_mask, DecoderCache& cache);
     Tensor project(const Tensor& hidden, const Pass& pass = {}) const;  // (B, T, C) -> logits (B, T, V)
@@ -188,6 +202,10 @@ public:
     std::vector<std::pair<std::string, MultiHeadAttention*>> attentions();
 
 private:
+    // A stack's input before dropout: the table's rows for ids (B, T), plus the positions [start, start + T)
+    // unless the model has none -> (B, T, C)
+    Tensor embed(const Embedding& table, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
+                 std::int64_t start, const Pass& pass) const;
     // The part decode and decode_step share: embedding from position `start` of the cache (0 without),
     // dropout, the decoder layers and (pre-norm) the final norm.
     Tensor decoder_stack(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
