@@ -980,6 +980,8 @@ TEST_CASE("train: metrics.jsonl holds one JSON object per line with the document
             }
             CHECK(j.at("valid_ppl").get<double>() == Approx(std::exp(j.at("valid_nll").get<double>())));
             CHECK(j.contains("valid_bleu") == bleu);
+            CHECK(j.contains("valid_exact") == bleu);  // of the same greedy translations
+            if (bleu) CHECK((j.at("valid_exact").get<double>() >= 0 && j.at("valid_exact").get<double>() <= 1));
             best_loss = std::min(best_loss, j.at("valid_loss").get<double>());
             if (bleu) best_bleu = std::max(best_bleu, j.at("valid_bleu").get<double>());
         }

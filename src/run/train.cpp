@@ -735,9 +735,12 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
         std::vector<std::string> refs;
         for (const auto& r : valid_ref_lines_) refs.emplace_back(trim(r));
         const BleuScore bleu = corpus_bleu(hyps, refs);
+        const ExactMatch exact = exact_match(hyps, refs);
         line.valid_bleu = bleu.score;
+        line.valid_exact = exact.fraction();
         score = bleu.score;
-        bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score);
+        bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score) + " | exact " + std::to_string(exact.matched) + "/" +
+                    std::to_string(exact.total);
         result_.best_valid_bleu = std::max(result_.best_valid_bleu, bleu.score);
     }
     state_.valid_step = state_.step;  // done: from here on nothing can be interrupted

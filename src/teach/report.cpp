@@ -334,18 +334,22 @@ std::string lr_section(const RunData& d) {
 }
 
 std::string bleu_section(const RunData& d) {
-    std::vector<double> steps, bleu;
-    for (const MetricsLine& v : d.valid)
+    std::vector<double> steps, bleu, exact_steps, exact;
+    for (const MetricsLine& v : d.valid) {
         if (v.valid_bleu) steps.push_back(double(v.step)), bleu.push_back(*v.valid_bleu);
+        if (v.valid_exact) exact_steps.push_back(double(v.step)), exact.push_back(100 * *v.valid_exact);
+    }
     if (steps.empty())
         return missing(d.valid.empty() ? "no validations in metrics.jsonl: train with --valid-src/--valid-tgt"
                                        : "validation ran without BLEU (--no-valid-bleu)");
     LineChart c;
     c.id = "chart-bleu";
-    c.title = "greedy BLEU on the validation set";
+    c.title = exact.empty() ? "greedy BLEU on the validation set" : "greedy BLEU and exact match on the validation set";
     c.x_label = "step";
-    c.y_label = "BLEU";
+    c.y_label = exact.empty() ? "BLEU" : "BLEU / % exact";
     c.series.push_back(series("valid BLEU", steps, bleu, false, true));
+    // Exact match is the score of copy and reverse: BLEU credits a half-right line, exact match does not.
+    if (!exact.empty()) c.series.push_back(series("% translations exactly right", exact_steps, exact, true, true));
     return line_chart_svg(c);
 }
 
