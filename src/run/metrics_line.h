@@ -7,6 +7,7 @@
 //   {"type":"valid","step":100,"epoch":1,"valid_loss":..,"valid_nll":..,"valid_ppl":..,"valid_bleu":..,
 //    "valid_exact":..,"elapsed":..,"weights":"last"|"ema","best":true|false}
 //                                               (valid_bleu and valid_exact with --valid-bleu)
+//   The validation at step 0, before training, has the loss only: no valid_bleu, valid_exact or best.
 //
 // JSON has no NaN: a NaN or infinite number is written as null, and a reader refuses the line.
 #pragma once
