@@ -438,6 +438,21 @@ TEST_CASE("report: headless Chromium renders every chart, the page makes no requ
     REQUIRE(r.status == 0);
     check_page(r.out);
     CHECK(count(r.out, "<svg") == count(read_all(page), "<svg"));  // the parser kept every picture
+    // In the DOM Chromium built, every heatmap is a figure of its own: one picture holding its title and one
+    // colour bar with values (a title outside its map's figure reads as the next map's).
+    std::size_t heatmaps = 0;
+    for (std::size_t at = r.out.find("<figure"); at != std::string::npos; at = r.out.find("<figure", at + 1)) {
+        const std::string figure = r.out.substr(at, r.out.find("</figure>", at) - at);
+        if (figure.find("colour-bar") == std::string::npos) continue;
+        ++heatmaps;
+        INFO(figure.substr(0, 300));
+        CHECK(count(figure, "<svg") == 1);
+        CHECK(count(figure, "class=\"map-title\"") == 1);
+        CHECK(count(figure, "class=\"colour-bar\"") == 1);
+        CHECK(count(figure, "<figcaption") == 0);
+    }
+    CHECK(heatmaps == count(r.out, "class=\"colour-bar\""));  // no colour bar outside a figure
+    CHECK(heatmaps >= 6);  // attention maps, positional table, three masks, label smoothing
     CHECK(count(r.out, " src=") == 0);
     CHECK(page_requests(proxy.requests()).empty());
     CHECK(r.log.find("Content Security Policy") == std::string::npos);

@@ -415,9 +415,20 @@ std::string grad_norm_section(const RunData& d) {
         const double clip = d.run->optim.clip;
         total.series.push_back(series("--clip " + num(clip), {total.series[0].x.front(), total.series[0].x.back()}, {clip, clip}, true, false, "#888"));
     }
-    return para("The gradient of the loss reaching each layer's parameters at the log steps. With post-norm (the paper's "
-                "layout) the layers near the output get larger gradients than those near the input early in training, which is "
-                "why it needs warmup; pre-norm keeps them closer (train once with --norm pre and compare).") +
+    // What this run's plot shows at its first logged step, not what a textbook run would.
+    std::string first_step;
+    for (const MetricsLine& line : d.train) {
+        if (line.layer_grad_norms.empty()) continue;
+        auto [lo, hi] = std::minmax_element(line.layer_grad_norms.begin(), line.layer_grad_norms.end(),
+                                            [](const auto& a, const auto& b) { return a.second < b.second; });
+        first_step = " In this run, at step " + std::to_string(line.step) + " the largest is " + xml_escape(hi->first) + "'s (" +
+                     num(hi->second, "%.3g") + ") and the smallest " + xml_escape(lo->first) + "'s (" + num(lo->second, "%.3g") + ").";
+        break;
+    }
+    return para("The gradient of the loss reaching each layer's parameters at the log steps." + first_step +
+                " Which layers get the larger gradients early in training, those near the output or those near the input? "
+                "Train once with --norm " + std::string(d.run && d.run->model.norm == NormPosition::Pre ? "post" : "pre") +
+                " and compare: the gap between them is what warmup protects post-norm from.") +
            line_chart_svg(c) + line_chart_svg(total);
 }
 
@@ -468,6 +479,7 @@ std::string heads_section(const RunData& d, const ReportOptions& opt, const char
         m.lo = lo, m.hi = hi > lo ? hi : lo + 1;
         m.cell_width = m.cell_height = 26;
         m.left = 40, m.top = 70;
+        m.row_title = "layer", m.column_title = "head";
         o << "<figure>" << heatmap_svg(m) << "</figure>\n";
     }
     o << "</div>\n";
@@ -525,7 +537,7 @@ std::string attention_section(const RunData& d) {
             for (std::size_t l = 0; l < g.maps.size(); ++l)
                 for (std::size_t h = 0; h < g.maps[l].size(); ++h) {
                     const std::string name = std::string(1, g.kind) + ":" + std::to_string(l) + ":" + std::to_string(h);
-                    std::string svg = attention_svg(g.maps[l][h], g.q, g.k, name);
+                    std::string svg = attention_svg(g.maps[l][h], g.q, g.k, name);  // 28-px cells, query/key titled
                     const std::string id = "chart-attention-s" + std::to_string(i + 1) + "-" + std::string(1, g.kind) + "-" +
                                            std::to_string(l) + "-" + std::to_string(h);
                     svg.insert(4, " id=\"" + id + "\"");  // after "<svg"
@@ -560,12 +572,13 @@ std::string positional_section(const RunData& d) {
     h.label_every = C > 64 ? 16 : 4;
     h.left = 60, h.top = 60;
     h.hover = P * C <= 8192;
+    h.row_title = "position", h.column_title = "dimension i";
     return para(m.config.positional == PositionalKind::Sinusoidal
                     ? "PE[pos, 2i] = sin(pos / 10000^(2i/C)), PE[pos, 2i+1] = cos(pos / 10000^(2i/C)) (nn/embedding.h): each "
                       "pair of dimensions is a clock of its own frequency, fast on the left, slow on the right. Blue is −" +
                           num(extreme) + ", red +" + num(extreme) + "."
                     : "The learned table (max_len, C) as trained. Blue is −" + num(extreme) + ", red +" + num(extreme) + ".") +
-           heatmap_svg(h);
+           "<figure>" + heatmap_svg(h) + "</figure>\n";
 }
 
 // The pictures the masks of nn/attention.h give for a batch of the sentences: 1 where a key is hidden (−∞).
@@ -597,6 +610,7 @@ std::string masks_section(const RunData& d) {
         p.values.push_back(r);
     }
     for (std::int32_t s = 0; s < b.S; ++s) p.columns.push_back("key " + std::to_string(s));
+    p.row_title = "sentence", p.column_title = "source position (key)";
     p.hover_text = [&](std::size_t r, std::size_t k) {
         const std::int32_t id = b.src[r * std::size_t(b.S) + k];
         return p.rows[r] + ", key " + std::to_string(k) + " '" + d.model.tokenizers.source->id_to_piece(id) + "': " + text(p.values[r][k]);
@@ -615,6 +629,7 @@ std::string masks_section(const RunData& d) {
         c.values.push_back(r);
     }
     c.hover_text = [&](std::size_t r, std::size_t k) { return c.rows[r] + ", " + c.columns[k] + ": " + text(c.values[r][k]); };
+    c.row_title = "query", c.column_title = "key";
     const std::string causal_svg = heatmap_svg(c);
 
     // The decoder's combined mask for the shortest target of the batch: causal and padding together.
@@ -633,6 +648,7 @@ std::string masks_section(const RunData& d) {
         for (std::int32_t k = 0; k < b.T; ++k) r.push_back(hidden(both.data()[(std::int64_t(shortest) * b.T + q) * b.T + k]));
         cp.values.push_back(r);
     }
+    cp.row_title = "query", cp.column_title = "key";
     cp.hover_text = [&](std::size_t r, std::size_t k) {
         return "query " + std::to_string(r) + " '" + cp.rows[r] + "', key " + std::to_string(k) + ": " + text(cp.values[r][k]);
     };
@@ -678,6 +694,10 @@ std::string label_smoothing_section(const RunData& d) {
         h.values.push_back(r);
     }
     h.hover_text = [&](std::size_t r, std::size_t k) { return h.rows[r] + ", entry '" + h.columns[k] + "': q = " + num(h.values[r][k], "%.6f"); };
+    // ε/V is invisible on a linear colour scale: each cell prints its q.
+    h.cell_numbers = true;
+    h.cell_width = h.cell_height = 34;
+    h.row_title = "target position", h.column_title = "vocabulary entry";
     // The floor of the smoothed loss: the entropy of q (reached when p = q).
     const double on = 1 - eps + eps / double(V), off = eps / double(V);
     const double floor = -(on * std::log(on)) - (eps > 0 ? double(V - 1) * off * std::log(off) : 0);
@@ -686,6 +706,8 @@ std::string label_smoothing_section(const RunData& d) {
     bars.title = "q over all V entries for one position, largest first";
     bars.x_label = "entry (sorted)";
     bars.y_label = "q";
+    bars.log_y = eps > 0;  // the ε/V entries sit orders of magnitude below the right token's: a log axis shows both
+    if (bars.log_y) bars.title += " (log scale)";
     LineSeries row = series("q", {}, {});
     std::vector<double> q0;
     for (std::int64_t v = 0; v < V; ++v) q0.push_back(1.0 / double(V) - double(N) * double(g[v]));
