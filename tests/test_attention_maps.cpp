@@ -117,7 +117,7 @@ TEST_CASE("attention maps: the command writes the page and one SVG per selected 
         CHECK(count(figure, "<svg ") == 1);
         CHECK(count(figure, "class=\"map-title\"") == 1);
         CHECK(count(figure, "class=\"colour-bar\"") == 1);
-        CHECK(count(figure, ">query →</text>") == 1);
+        CHECK(count(figure, ">query</text>") == 1);
         CHECK(count(figure, ">key →</text>") == 1);
     }
     CHECK(count(html, "width=\"28\" height=\"28\"") > 0);

@@ -121,6 +121,17 @@ TEST_CASE("report: every section is drawn from a run's files, nothing is fetched
     // No temporary file left beside it.
     for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
 
+    // The padding mask is drawn for sentences of different lengths, even when the first ones (those of the
+    // attention maps) are all of one length, as in a copy task: some keys of the batch are hidden.
+    tf::ReportOptions same_length;
+    same_length.src = write_file(tmp, "same.src", join_lines({"a b c", "b c a", "c a b", "a b", "a"}));
+    const std::string masks = tf::training_report_html(dir, same_length);
+    const std::size_t pad = masks.find("id=\"chart-mask-padding\"");
+    REQUIRE(pad != std::string::npos);
+    const std::string pad_svg = masks.substr(pad, masks.find("</svg>", pad) - pad);
+    CHECK(pad_svg.find("B 3, S 4") != std::string::npos);  // "a b c", "a b", "a" and their </s>
+    CHECK(count(pad_svg, "−∞ (hidden)") == 3);              // 1 pad key in the second sentence, 2 in the third
+
     // --out elsewhere, and the library gives the same page.
     REQUIRE(run_cli(tmp, "report --model " + shell_quote(dir) + " --out " + shell_quote(tmp / "r.html")) == 0);
     CHECK(read_all(tmp / "r.html") == tf::training_report_html(dir));

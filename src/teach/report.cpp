@@ -127,6 +127,9 @@ struct RunData {
     std::string model_error;
     std::vector<std::string> src, tgt;  // sentences for attention maps, masks and smoothing
     std::string sentences_from, sentences_error;
+    // The masks' batch: pairs of the same file whose sources have different lengths (copy and reverse sets
+    // begin with equal lengths, which leave the padding mask blank); src/tgt when there are none.
+    std::vector<std::string> mask_src, mask_tgt;
     double label_smoothing = 0.1;
     bool label_smoothing_known = false;
 };
@@ -198,6 +201,15 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
     }
     if (src.empty() && d.sentences_error.empty())
         d.sentences_error = "the run had no validation data: give sentences with --src (and --tgt)";
+    // For the masks: the first pairs (of at most 1000 lines) each with a source word count not seen yet.
+    std::set<std::size_t> lengths;
+    for (std::size_t i = 0; i < d.src.size() && i < 1000 && d.mask_src.size() < 3; ++i) {
+        if (trim(d.src[i]).empty() || (i < d.tgt.size() && trim(d.tgt[i]).empty())) continue;
+        const std::string line(trim(d.src[i]));
+        if (!lengths.insert(std::size_t(std::count(line.begin(), line.end(), ' '))).second) continue;
+        d.mask_src.push_back(line);
+        d.mask_tgt.push_back(i < d.tgt.size() ? std::string(trim(d.tgt[i])) : "");
+    }
     // Keep the first non-empty pairs, as many as asked for.
     std::vector<std::string> s, t;
     for (std::size_t i = 0; i < d.src.size() && int(s.size()) < std::max(1, opt.sentences); ++i) {
@@ -209,6 +221,7 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
         throw std::runtime_error("report: " + std::to_string(d.src.size()) + " source lines but " + std::to_string(d.tgt.size()) +
                                  " target lines");
     d.src = s, d.tgt = t;
+    if (d.mask_src.size() < 2) d.mask_src = d.src, d.mask_tgt = d.tgt;  // all of one length: the sentences shown
     d.sentences_from = opt.src.empty() ? src : opt.src;
     return d;
 }
@@ -349,7 +362,7 @@ std::string bleu_section(const RunData& d) {
     c.y_label = exact.empty() ? "BLEU" : "BLEU / % exact";
     c.series.push_back(series("valid BLEU", steps, bleu, false, true));
     // Exact match is the score of copy and reverse: BLEU credits a half-right line, exact match does not.
-    if (!exact.empty()) c.series.push_back(series("% translations exactly right", exact_steps, exact, true, true));
+    if (!exact.empty()) c.series.push_back(series("% exact", exact_steps, exact, true, true));
     return line_chart_svg(c);
 }
 
@@ -587,10 +600,10 @@ std::string masks_section(const RunData& d) {
     if (d.src.empty()) return missing(d.sentences_error.empty() ? "no sentences" : d.sentences_error);
     const ModelConfig& mc = d.model.model->config;
     std::vector<Example> ex;
-    for (std::size_t i = 0; i < d.src.size(); ++i) {
+    for (std::size_t i = 0; i < d.mask_src.size(); ++i) {
         Example e;
-        e.src = d.model.tokenizers.source->encode(d.src[i]);
-        e.tgt = d.model.tokenizers.target->encode(i < d.tgt.size() && !d.tgt[i].empty() ? d.tgt[i] : d.src[i]);
+        e.src = d.model.tokenizers.source->encode(d.mask_src[i]);
+        e.tgt = d.model.tokenizers.target->encode(i < d.mask_tgt.size() && !d.mask_tgt[i].empty() ? d.mask_tgt[i] : d.mask_src[i]);
         ex.push_back(e);
     }
     std::vector<std::int64_t> rows(ex.size());
@@ -655,7 +668,8 @@ std::string masks_section(const RunData& d) {
     return para("Masks are added to the attention scores before the softmax: 0 keeps a key, −∞ hides it (dark = hidden). "
                 "The padding mask hides the padding keys of shorter sentences in a batch; the causal mask hides the "
                 "future from each decoder position; the decoder uses both. Built by key_padding_mask, causal_mask and "
-                "causal_padding_mask (nn/attention.h) for a batch of the sentences above.") +
+                "causal_padding_mask (nn/attention.h) for a batch of sentences of different lengths from " +
+                xml_escape(d.sentences_from) + ".") +
            "<div class=\"row\">\n<figure>" + pad_svg + "</figure>\n<figure>" + causal_svg + "</figure>\n<figure>" +
            heatmap_svg(cp) + "</figure>\n</div>\n";
 }

@@ -106,7 +106,7 @@ std::string heatmap_svg(const Heatmap& m) {
     if (!m.row_title.empty()) {
         const int x = 12, y = top + cells_h / 2;
         o << "<text class=\"axis-title\" x=\"" << x << "\" y=\"" << y << "\" text-anchor=\"middle\" font-style=\"italic\" "
-          << "transform=\"rotate(-90 " << x << " " << y << ")\">" << xml_escape(m.row_title) << " →</text>\n";
+          << "transform=\"rotate(-90 " << x << " " << y << ")\">" << xml_escape(m.row_title) << "</text>\n";
     }
     for (std::size_t k = 0; k < K; k += every) {  // column labels, rotated, above the columns
         const int x = left + int(k) * m.cell_width + m.cell_width / 2 + 4, y = top - 6;
