@@ -79,9 +79,11 @@ TEST_CASE("svg: a heatmap has a colour bar with its values, axis titles, and pri
     CHECK(bar_x + 12 + 4 + 3 * 7 <= width);
 
     m.cell_numbers = true;
+    m.values[0][0] = 0.000206;  // ε/V of label smoothing: short enough for a cell
     const std::string numbered = tf::heatmap_svg(m);
     CHECK(count(numbered, "class=\"cell-value\"") == 4);
     CHECK(numbered.find(">0.25</text>") != std::string::npos);
+    CHECK(numbered.find(">2e-04</text>") != std::string::npos);
     CHECK(numbered.find("fill=\"white\" pointer-events=\"none\">1</text>") != std::string::npos);  // white on the darkest cell
     m.colour_bar = false;
     CHECK(count(tf::heatmap_svg(m), "colour-bar") == 0);

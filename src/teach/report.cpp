@@ -710,7 +710,7 @@ std::string label_smoothing_section(const RunData& d) {
     h.hover_text = [&](std::size_t r, std::size_t k) { return h.rows[r] + ", entry '" + h.columns[k] + "': q = " + num(h.values[r][k], "%.6f"); };
     // ε/V is invisible on a linear colour scale: each cell prints its q.
     h.cell_numbers = true;
-    h.cell_width = h.cell_height = 34;
+    h.cell_width = 44, h.cell_height = 30;  // room for "2e-04"
     h.row_title = "target position", h.column_title = "vocabulary entry";
     // The floor of the smoothed loss: the entropy of q (reached when p = q).
     const double on = 1 - eps + eps / double(V), off = eps / double(V);

@@ -44,6 +44,13 @@ std::string num_text(double v) {
     return buf;
 }
 
+// A value as a cell prints it, short enough for the cell: "0.25", "0.9", "2e-04" (the hover text has it whole).
+std::string cell_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, v != 0 && std::abs(v) < 0.01 ? "%.0e" : "%.2g", v);
+    return buf;
+}
+
 // a in [0, 1] -> white .. dark blue (the attention maps' colours)
 std::string sequential_colour(double a) {
     char rgb[32];
@@ -138,7 +145,7 @@ std::string heatmap_svg(const Heatmap& m) {
                 o << "<text class=\"cell-value\" x=\"" << left + int(k) * m.cell_width + m.cell_width / 2 << "\" y=\""
                   << top + int(r) * m.cell_height + m.cell_height / 2 + 3 << "\" text-anchor=\"middle\" font-size=\""
                   << std::clamp(m.cell_height * 2 / 5, 6, font) << "\" fill=\"" << (dark ? "white" : "black")
-                  << "\" pointer-events=\"none\">" << num_text(v) << "</text>\n";
+                  << "\" pointer-events=\"none\">" << cell_text(v) << "</text>\n";
             }
         }
     }

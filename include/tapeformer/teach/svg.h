@@ -30,7 +30,7 @@ struct Heatmap {
     bool hover = true;                        // a <title> per cell: "row → column: value"
     std::string row_title, column_title;      // what the rows and columns are ("query", "key"; "" = none)
     bool colour_bar = true;                   // a bar right of the cells: the colours from lo to hi, with values
-    bool cell_numbers = false;                // each value printed in its cell (%.3g; for small maps)
+    bool cell_numbers = false;                // each value printed in its cell (2 digits, "2e-04"; small maps)
     // Replaces the hover text of a cell ("" = the default).
     std::function<std::string(std::size_t row, std::size_t column)> hover_text;
 };
