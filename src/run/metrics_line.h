@@ -36,10 +36,10 @@ struct MetricsLine {
     std::vector<std::pair<std::string, double>> layer_grad_norms;  // [layer, ‖g‖] before clipping; empty = absent
     // Type::Valid
     double valid_loss = kAbsent, valid_nll = kAbsent, valid_ppl = kAbsent;
-    std::optional<double> valid_bleu;  // greedy BLEU, when the run scores it
-    std::optional<double> valid_exact; // of the same greedy translations, the fraction equal to their reference
-    std::string weights;               // "last" or "ema": the weights scored ("" = absent)
-    std::optional<bool> best;          // whether this validation gave the best model so far
+    std::optional<double> valid_bleu;   // greedy BLEU, when the run scores it
+    std::optional<double> valid_exact;  // of the same greedy translations, the fraction equal to their reference
+    std::string weights;                // "last" or "ema": the weights scored ("" = absent)
+    std::optional<bool> best;           // whether this validation gave the best model so far
 
     static constexpr double kAbsent = std::numeric_limits<double>::quiet_NaN();
 };
