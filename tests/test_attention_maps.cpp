@@ -109,8 +109,32 @@ TEST_CASE("attention maps: the command writes the page and one SVG per selected 
     CHECK_FALSE(std::filesystem::exists(tmp / "svg/E-layer1-head0.svg"));
     CHECK(nlohmann::json::parse(read_all(tmp / "a.json")).at("target_decoded") == true);
     CHECK_THAT(read_all(tmp / "err"), Catch::Contains("greedy translation:"));
+    // Each head's figure holds its own picture: its title, query/key axis titles and a colour bar inside it,
+    // no caption below it (which would read as the next map's title); cells of 28 px by default.
+    CHECK(count(html, "<figcaption") == 0);
+    for (std::size_t at = html.find("<figure"); at != std::string::npos; at = html.find("<figure", at + 1)) {
+        const std::string figure = html.substr(at, html.find("</figure>", at) - at);
+        CHECK(count(figure, "<svg ") == 1);
+        CHECK(count(figure, "class=\"map-title\"") == 1);
+        CHECK(count(figure, "class=\"colour-bar\"") == 1);
+        CHECK(count(figure, ">query</text>") == 1);
+        CHECK(count(figure, ">key →</text>") == 1);
+    }
+    CHECK(count(html, "width=\"28\" height=\"28\"") > 0);
+    CHECK(count(html, "class=\"cell-value\"") == 0);
 
-    for (const std::string bad : {" --src ''", " --src 'a dog .' --heads 5"}) {
+    // --cell-px and --numbers: a map a projector shows, each weight written in its cell.
+    const std::string big = shell_quote(TF_CLI) + " --threads 1 attention --model " + shell_quote(toy_model()) +
+                            " --src 'the dog sees a cat .' --cell-px 40 --numbers --layers 0"
+                            " --heads 0 --html " + shell_quote(tmp / "big.html") + " 2>" + shell_quote(tmp / "err");
+    REQUIRE(std::system(big.c_str()) == 0);
+    const std::string big_html = read_all(tmp / "big.html");
+    CHECK(count(big_html, "width=\"28\" height=\"28\"") == 0);
+    const std::size_t cells = count(big_html, "width=\"40\" height=\"40\"");
+    CHECK(cells > 0);
+    CHECK(count(big_html, "class=\"cell-value\"") == cells);  // one number per cell
+
+    for (const std::string bad : {" --src ''", " --src 'a dog .' --heads 5", " --src 'a dog .' --cell-px 2"}) {
         const std::string run = shell_quote(TF_CLI) + " attention --model " + shell_quote(toy_model()) + bad + " >/dev/null 2>" +
                                 shell_quote(tmp / "err");
         CHECK(std::system(run.c_str()) != 0);

@@ -29,6 +29,7 @@
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/io.h"
 #include "tapeformer/metrics/bleu.h"
+#include "tapeformer/metrics/exact_match.h"
 #include "tapeformer/optim.h"
 #include "tapeformer/safetensors.h"
 #include "helpers.h"
@@ -162,7 +163,7 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
     REQUIRE(json.status == 0);
     REQUIRE(split_lines(json.out).size() == 1);
     const nlohmann::json j = nlohmann::json::parse(json.out);
-    for (const char* key : {"bleu", "chrf", "loss", "nll", "ppl"}) {
+    for (const char* key : {"bleu", "chrf", "exact_match", "loss", "nll", "ppl"}) {
         INFO(key);
         REQUIRE(j.contains(key));
         CHECK(j[key].is_number());
@@ -171,6 +172,7 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
     const std::vector<std::string> hyps = split_lines(read_all(f.tmp / "hyp.txt")), refs = split_lines(ref);
     CHECK(j["bleu"].get<double>() == Approx(tf::corpus_bleu(hyps, refs).score).epsilon(1e-12));
     CHECK(j["chrf"].get<double>() == Approx(tf::corpus_chrf(hyps, refs).score).epsilon(1e-12));
+    CHECK(j["exact_match"].get<double>() == tf::exact_match(hyps, refs).fraction());
     CHECK(j["loss"].get<double>() >= j["nll"].get<double>() * 0.9);  // label smoothing 0.1 by default
     CHECK(j["ppl"].get<double>() == Approx(std::exp(j["nll"].get<double>())));
     CHECK_THAT(j["signature"].get<std::string>(), Catch::StartsWith("nrefs:1|") && Catch::Contains("tok:13a"));
@@ -183,11 +185,12 @@ TEST_CASE("eval prints BLEU, chrF and the reference loss, as text or one JSON li
     const Run text = run_cli(f.tmp, "eval --label-smoothing 0" + files);
     REQUIRE(text.status == 0);
     const auto out = split_lines(text.out);
-    REQUIRE(out.size() == 5);
+    REQUIRE(out.size() == 6);
     CHECK_THAT(out[0], Catch::StartsWith("BLEU = ") && Catch::Contains("(BP = "));
     CHECK_THAT(out[1], Catch::Contains("nrefs:1|"));
     CHECK_THAT(out[2], Catch::StartsWith("chrF2 = "));
-    CHECK_THAT(out[4], Catch::StartsWith("loss = ") && Catch::Contains("| nll = ") && Catch::Contains("| ppl = "));
+    CHECK_THAT(out[4], Catch::StartsWith(tf::exact_match(hyps, refs).format()));
+    CHECK_THAT(out[5], Catch::StartsWith("loss = ") && Catch::Contains("| nll = ") && Catch::Contains("| ppl = "));
 }
 
 TEST_CASE("eval --batch-tokens below the longest pair scores each such pair in a batch of its own", "[cli]") {

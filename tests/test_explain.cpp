@@ -146,6 +146,46 @@ TEST_CASE("explain: --backward gives the gradient norms of the real loss and lea
     CHECK(text.find(" logits ") < text.find(" embed "));  // reverse order: the logits come first
 }
 
+TEST_CASE("explain: matrices are cut to --rows × --cols, and printed whole with 0 (--full)", "[explain]") {
+    const tf::TokenizerPair tok = words({"a b c d e f g h i"});
+    tf::Transformer model(tiny(tok.source->vocab_size(), tf::NormPosition::Post, tf::Tying::None));
+    const std::string sentence = "a b c d e f g h i";  // S = 10 with </s>
+    tf::ExplainOptions o;
+    o.target = &sentence;
+    const tf::Explanation ex = tf::explain(model, tok, sentence, o);
+    tf::ExplainView v;
+    v.layer = 0, v.head = 0, v.stages = {"softmax"};
+    // The rows of the first printed matrix (encoder layer 0, head 0): lines of numbers up to the next heading.
+    auto matrix_rows = [&](const tf::ExplainView& view) {
+        const std::vector<std::string> lines = split_lines(tf::format_explanation(ex, view));
+        std::vector<std::string> rows;
+        std::size_t i = 0;
+        while (i < lines.size() && lines[i].find("head 0:") == std::string::npos) ++i;
+        for (++i; i < lines.size() && lines[i].find("head") == std::string::npos && lines[i].find("==") == std::string::npos; ++i)
+            if (lines[i].find("0.") != std::string::npos) rows.push_back(lines[i]);
+        return rows;
+    };
+    auto numbers = [](const std::string& row) {
+        std::size_t n = 0;
+        for (std::size_t at = row.find("0."); at != std::string::npos; at = row.find("0.", at + 1)) ++n;
+        return n;
+    };
+    const auto excerpt = matrix_rows(v);  // the default: 6 × 8 of the 10 × 10 weights, and what was left out
+    REQUIRE(excerpt.size() == 6);
+    CHECK(numbers(excerpt[0]) == 8);
+    CHECK_THAT(excerpt[0], Catch::Contains("(10 columns; --cols or --full for more)"));
+    CHECK_THAT(tf::format_explanation(ex, v), Catch::Contains("… (10 rows; --rows or --full for more)"));
+    v.rows = 0, v.cols = 0;
+    const auto whole = matrix_rows(v);
+    REQUIRE(whole.size() == 10);
+    for (const std::string& row : whole) CHECK(numbers(row) == 10);
+    CHECK_THAT(tf::format_explanation(ex, v), !Catch::Contains("…"));
+    v.rows = 2, v.cols = 3;
+    const auto small = matrix_rows(v);
+    REQUIRE(small.size() == 2);
+    CHECK(numbers(small[1]) == 3);
+}
+
 TEST_CASE("explain: the command on an untrained model narrows, checks and refuses bad flags", "[explain][cli]") {
     TempDir tmp("explain");
     const std::string out = tmp / "out.txt", err = tmp / "err.txt";
@@ -173,7 +213,13 @@ TEST_CASE("explain: the command on an untrained model narrows, checks and refuse
     CHECK(text.find("(B, H, S, D) = (1, 4, 3, 4)") != std::string::npos);
     CHECK(text.find("|dL/dx|") != std::string::npos);
 
-    for (const std::string bad : {"'a b' --stage nonsense", "'a b' --head 2", "'a b' --layer 3", "''", "'a b' --heads 3"}) {
+    REQUIRE(run("'a b c d e f g h i' --layer 0 --head 0 --stage softmax --full") == 0);
+    text = read_all(out);
+    CHECK(text.find("(B, H, S, S) = (1, 2, 10, 10)") != std::string::npos);
+    CHECK(text.find("…") == std::string::npos);  // nothing left out
+
+    for (const std::string bad : {"'a b' --stage nonsense", "'a b' --head 2", "'a b' --layer 3", "''", "'a b' --heads 3",
+                                  "'a b' --full --rows 3", "'a b' --cols -1"}) {
         INFO(bad);
         CHECK(run(bad) != 0);
         const std::vector<std::string> lines = split_lines(read_all(err));

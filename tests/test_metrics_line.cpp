@@ -26,6 +26,8 @@ TEST_CASE("metrics line: a training and a validation line are written as before,
                                R"("valid_nll":2.5,"valid_ppl":12.0,"weights":"ema"})");
     v.valid_bleu = 31.25;
     CHECK(to_json(v).dump().find(R"("valid_bleu":31.25)") != std::string::npos);
+    v.valid_exact = 0.75;
+    CHECK(to_json(v).dump().find(R"("valid_exact":0.75)") != std::string::npos);
 
     for (const MetricsLine& m : {t, v}) {
         const nlohmann::json j = to_json(m);
@@ -34,6 +36,7 @@ TEST_CASE("metrics line: a training and a validation line are written as before,
     }
     const MetricsLine back = metrics_line_from_json(to_json(v));
     CHECK(back.valid_bleu == 31.25);
+    CHECK(back.valid_exact == 0.75);
     CHECK(std::isnan(back.loss));  // a validation line has no training loss
 }
 
@@ -46,4 +49,6 @@ TEST_CASE("metrics line: a non-finite loss is written as null and the reader nam
     CHECK(metrics_line_problem(nlohmann::json::parse(text)) == "\"loss\" is null (NaN or infinite when it was written)");
     CHECK(metrics_line_problem(nlohmann::json{{"type", "train"}, {"step", -1}}) ==
           "\"step\" is -1, expected a non-negative integer");
+    CHECK(metrics_line_problem(nlohmann::json{{"type", "valid"}, {"step", 1}, {"valid_exact", "all"}}) ==
+          "\"valid_exact\" is string \"all\", expected a number");
 }

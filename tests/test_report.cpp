@@ -121,6 +121,17 @@ TEST_CASE("report: every section is drawn from a run's files, nothing is fetched
     // No temporary file left beside it.
     for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
 
+    // The padding mask is drawn for sentences of different lengths, even when the first ones (those of the
+    // attention maps) are all of one length, as in a copy task: some keys of the batch are hidden.
+    tf::ReportOptions same_length;
+    same_length.src = write_file(tmp, "same.src", join_lines({"a b c", "b c a", "c a b", "a b", "a"}));
+    const std::string masks = tf::training_report_html(dir, same_length);
+    const std::size_t pad = masks.find("id=\"chart-mask-padding\"");
+    REQUIRE(pad != std::string::npos);
+    const std::string pad_svg = masks.substr(pad, masks.find("</svg>", pad) - pad);
+    CHECK(pad_svg.find("B 3, S 4") != std::string::npos);  // "a b c", "a b", "a" and their </s>
+    CHECK(count(pad_svg, "−∞ (hidden)") == 3);              // 1 pad key in the second sentence, 2 in the third
+
     // --out elsewhere, and the library gives the same page.
     REQUIRE(run_status(tmp, "report --model " + shell_quote(dir) + " --out " + shell_quote(tmp / "r.html")) == 0);
     CHECK(read_all(tmp / "r.html") == tf::training_report_html(dir));
@@ -438,6 +449,21 @@ TEST_CASE("report: headless Chromium renders every chart, the page makes no requ
     REQUIRE(r.status == 0);
     check_page(r.out);
     CHECK(count(r.out, "<svg") == count(read_all(page), "<svg"));  // the parser kept every picture
+    // In the DOM Chromium built, every heatmap is a figure of its own: one picture holding its title and one
+    // colour bar with values (a title outside its map's figure reads as the next map's).
+    std::size_t heatmaps = 0;
+    for (std::size_t at = r.out.find("<figure"); at != std::string::npos; at = r.out.find("<figure", at + 1)) {
+        const std::string figure = r.out.substr(at, r.out.find("</figure>", at) - at);
+        if (figure.find("colour-bar") == std::string::npos) continue;
+        ++heatmaps;
+        INFO(figure.substr(0, 300));
+        CHECK(count(figure, "<svg") == 1);
+        CHECK(count(figure, "class=\"map-title\"") == 1);
+        CHECK(count(figure, "class=\"colour-bar\"") == 1);
+        CHECK(count(figure, "<figcaption") == 0);
+    }
+    CHECK(heatmaps == count(r.out, "class=\"colour-bar\""));  // no colour bar outside a figure
+    CHECK(heatmaps >= 6);  // attention maps, positional table, three masks, label smoothing
     CHECK(count(r.out, " src=") == 0);
     CHECK(page_requests(proxy.requests()).empty());
     CHECK(r.log.find("Content Security Policy") == std::string::npos);

@@ -166,7 +166,7 @@ TEST_CASE("tape: records in order, backward in reverse, the gradients shown are 
     CHECK(listing.find("grad of generator.weight (12, 8)") != std::string::npos);
 }
 
-TEST_CASE("tape: the DOT graph is well-formed, coloured, clustered, and says when no gradient was computed", "[tape][autograd]") {
+TEST_CASE("tape: the DOT graph is well-formed, coloured, top to bottom, collapsed to one node per layer or module, and says when no gradient was computed", "[tape][autograd]") {
     TinyModel t;
     tf::TapeStepOptions forward_only;
     forward_only.backward = false;
@@ -180,25 +180,54 @@ TEST_CASE("tape: the DOT graph is well-formed, coloured, clustered, and says whe
     CHECK(d0.cluster_labels.empty());
 
     const tf::TapeGraph after = tf::record_training_step(t.model, t.src, t.tgt, {});
-    const DotSummary d1 = parse_dot(tf::tape_dot(after, "layer"));
-    CHECK(d1.cluster_labels == std::vector<std::string>{"decoder.layers.0", "encoder.layers.0"});
+    const std::string flat_dot = tf::tape_dot(after, "");
+    CHECK(flat_dot.find("  rankdir=TB;\n") != std::string::npos);  // top to bottom, to fit a page
+    const DotSummary flat = parse_dot(flat_dot);
     int with_grad = 0;
-    for (const auto& [id, label] : d1.labels) with_grad += label.find("grad: norm") != std::string::npos;
+    for (const auto& [id, label] : flat.labels) with_grad += label.find("grad: norm") != std::string::npos;
     CHECK(with_grad > int(after.ops.size()));
-    CHECK(d1.fills.at("t0") == "lightblue");  // src_embed.weight, the first input recorded
+    CHECK(flat.fills.at("t0") == "lightblue");  // src_embed.weight, the first input recorded
     std::set<std::string> fills;
-    for (const auto& [id, f] : d1.fills) fills.insert(f);
+    for (const auto& [id, f] : flat.fills) fills.insert(f);
     CHECK(fills == std::set<std::string>{"lightblue", "lightgrey", "orange", "darkolivegreen1", "white"});
+
+    // Collapsed by layer: each layer one node that lists its ops and parameters, no cluster; what lies outside
+    // the layers (embeddings, generator, loss) keeps its nodes. Far fewer nodes than the flat graph.
+    const DotSummary d1 = parse_dot(tf::tape_dot(after, "layer"));
+    CHECK(d1.cluster_labels.empty());
+    for (const std::string layer : {"encoder.layers.0", "decoder.layers.0"}) {
+        INFO(layer);
+        REQUIRE(d1.labels.count("\"g_" + layer + "\""));
+        const std::string label = d1.labels.at("\"g_" + layer + "\"");
+        CHECK_THAT(label, Catch::StartsWith("{" + layer + " | ") && Catch::Contains("softmax") &&
+                              Catch::Contains(" parameters: ") && Catch::Contains("activations saved}"));
+        CHECK(d1.fills.at("\"g_" + layer + "\"") == "lightyellow");
+    }
+    CHECK(d1.nodes.size() * 3 < flat.nodes.size());
+    CHECK(d1.labels.count("t0"));  // src_embed.weight lies outside the layers
     const DotSummary d2 = parse_dot(tf::tape_dot(after, "module"));
-    CHECK(d2.cluster_labels.size() > 10);
+    CHECK(d2.cluster_labels.empty());
+    int modules = 0;
+    for (const auto& id : d2.nodes) modules += id.rfind("\"g_", 0) == 0;
+    CHECK(modules > 10);
+    CHECK(d2.nodes.size() * 2 < flat.nodes.size());
     CHECK_THROWS_WITH(tf::tape_dot(after, "block"), Catch::Contains("layer, module"));
 
     if (tool_missing("dot", "Graphviz (Debian: graphviz): the DOT output was checked structurally only, not rendered"))
         return;
     TempDir tmp("tape_dot");
-    write_all(tmp / "tape.dot", tf::tape_dot(after, "layer"));
-    CHECK(std::system(("dot -Tsvg " + shell_quote(tmp / "tape.dot") + " -o " + shell_quote(tmp / "tape.svg")).c_str()) == 0);
-    CHECK(read_all(tmp / "tape.svg").find("<svg") != std::string::npos);
+    for (const std::string collapse : {"", "layer", "module"}) {
+        INFO("--collapse '" << collapse << "'");
+        write_all(tmp / "tape.dot", tf::tape_dot(after, collapse));
+        CHECK(std::system(("dot -Tsvg " + shell_quote(tmp / "tape.dot") + " -o " + shell_quote(tmp / "tape.svg")).c_str()) == 0);
+        const std::string svg = read_all(tmp / "tape.svg");
+        REQUIRE(svg.find("<svg width=\"") != std::string::npos);
+        // The drawing fits A3 portrait, 842 × 1191 pt (Graphviz writes its size in points).
+        const double width = std::stod(svg.substr(svg.find("<svg width=\"") + 12));
+        const double height = std::stod(svg.substr(svg.find("height=\"", svg.find("<svg width=")) + 8));
+        CHECK(width <= 842.5);
+        CHECK(height <= 1191.5);
+    }
 }
 
 TEST_CASE("tape: two backward passes without zero_grad double every gradient", "[tape][autograd]") {

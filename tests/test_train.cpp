@@ -354,10 +354,12 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
         CHECK(same_weights_file(straight + "/model.safetensors", split + "/model.safetensors"));
         const auto va = of_type(read_metrics(straight), "valid"), vb = of_type(read_metrics(split), "valid");
         REQUIRE(va.size() == vb.size());
-        CHECK(va.size() == (valid_every ? 4u : 0u));
+        CHECK(va.size() == (valid_every ? 5u : 0u));  // step 0's, before training, and 4 of the run's
         for (std::size_t i = 0; i < va.size(); ++i)
-            for (const char* key : {"step", "valid_loss", "valid_ppl", "valid_bleu", "best"})
-                CHECK(va[i].at(key) == vb[i].at(key));
+            for (const char* key : {"step", "valid_loss", "valid_ppl", "valid_bleu", "best"}) {
+                REQUIRE(va[i].contains(key) == vb[i].contains(key));
+                if (va[i].contains(key)) CHECK(va[i].at(key) == vb[i].at(key));
+            }
         CHECK(read_state(straight).at("best_step") == read_state(split).at("best_step"));
     }
 }
@@ -949,7 +951,7 @@ TEST_CASE("train: metrics.jsonl holds one JSON object per line with the document
     train_quietly(c, &result);
 
     const auto lines = split_lines(read_all(tmp / "run/metrics.jsonl"));
-    REQUIRE(lines.size() == 4);
+    REQUIRE(lines.size() == 5);
     std::vector<std::pair<std::string, std::int64_t>> seen;
     double best_loss = std::numeric_limits<double>::infinity(), best_bleu = -1;
     for (const auto& line : lines) {
@@ -979,14 +981,27 @@ TEST_CASE("train: metrics.jsonl holds one JSON object per line with the document
                 CHECK(std::isfinite(j.at(key).get<double>()));
             }
             CHECK(j.at("valid_ppl").get<double>() == Approx(std::exp(j.at("valid_nll").get<double>())));
+            if (j.at("step") == 0) {
+                // Before training: a loss only, of a model that knows nothing, whose nll is about ln V
+                // (every one of the V target tokens about equally likely). It decodes nothing and chooses
+                // no best model.
+                const double ln_v = std::log(double(tf::load_model_dir(tmp / "run").model->config.tgt_vocab));
+                CHECK(j.at("valid_nll").get<double>() == Approx(ln_v).epsilon(0.05));
+                CHECK(j.at("epoch") == 1);
+                for (const char* key : {"valid_bleu", "valid_exact", "best"}) CHECK(!j.contains(key));
+                continue;
+            }
             CHECK(j.contains("valid_bleu") == bleu);
+            CHECK(j.contains("valid_exact") == bleu);  // of the same greedy translations
+            if (bleu) CHECK((j.at("valid_exact").get<double>() >= 0 && j.at("valid_exact").get<double>() <= 1));
             best_loss = std::min(best_loss, j.at("valid_loss").get<double>());
             if (bleu) best_bleu = std::max(best_bleu, j.at("valid_bleu").get<double>());
         }
     }
     using P = std::pair<std::string, std::int64_t>;
-    CHECK(seen == std::vector<P>{P{"train", 2}, P{"valid", 2}, P{"train", 4}, P{"valid", 4}});
-    // The result reports the best of what was logged (lowest loss; highest BLEU, or −1 when not measured).
+    CHECK(seen == std::vector<P>{P{"valid", 0}, P{"train", 2}, P{"valid", 2}, P{"train", 4}, P{"valid", 4}});
+    // The result reports the best of what the run's validations logged (lowest loss; highest BLEU, or −1 when
+    // not measured); step 0's is not one of them.
     CHECK(result.best_valid_loss == Approx(best_loss).epsilon(1e-12));
     CHECK(result.best_valid_bleu == Approx(best_bleu).epsilon(1e-12));
 }
@@ -1045,6 +1060,39 @@ std::vector<json> metrics_without_timing(const std::string& dir) {
 }
 
 }  // namespace
+
+TEST_CASE("train: a run with validation that starts over from step 0 logs step 0's validation once", "[train]") {
+    Corpus corpus(100, 20);
+    TempDir tmp;
+    const std::string straight = tmp / "straight", restarted = tmp / "restarted";
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_bleu = false;
+    c.valid_every = 2;
+    c.checkpoint_every = 3;
+    c.max_steps = 4;
+    train_quietly(c);
+    const auto lines = split_lines(read_all(straight + "/metrics.jsonl"));
+    REQUIRE(lines.size() >= 4);
+    CHECK(json::parse(lines[0]).at("step") == 0);  // the validation before training comes first
+
+    // What a crash at step 2 leaves: step 0's validation, the lines of steps 1 and 2, no checkpoint.
+    fs::copy(straight, restarted, fs::copy_options::recursive);
+    fs::remove_all(restarted + "/checkpoints");
+    fs::remove(restarted + "/state.json");
+    fs::remove(restarted + "/model.safetensors");
+    write_all(restarted + "/metrics.jsonl", join_lines({lines[0], lines[1], lines[2], lines[3]}));
+    tf::TrainConfig resume;
+    resume.out_dir = restarted;
+    resume.resume = true;
+    resume.threads = 1;
+    train_quietly(resume);
+    // Started over: the same lines as the straight run, step 0's validation among them once.
+    const auto a = metrics_without_timing(straight), b = metrics_without_timing(restarted);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+}
 
 TEST_CASE("train: a disk that fills up at a checkpoint ends the run with one line, leaves no partial file, and "
           "--resume gives the uninterrupted run", "[train]") {
@@ -1317,9 +1365,9 @@ TEST_CASE("train: a run killed during its final validation owes it: --resume val
     // (its last validation and best score those of step 3), and no metrics line of the final validation.
     fs::copy(straight, killed, fs::copy_options::recursive);
     const auto valid = of_type(read_metrics(straight), "valid");
-    REQUIRE(valid.size() == 2);
+    REQUIRE(valid.size() == 3);  // steps 0 (before training), 3 and 4
     rewrite_train_state(killed + "/" + checkpoint_name(4),
-                        {{"valid_step", 3}, {"best_step", 3}, {"best_score", valid[0].at("valid_bleu")}});
+                        {{"valid_step", 3}, {"best_step", 3}, {"best_score", valid[1].at("valid_bleu")}});
     drop_last_metrics_line(killed, "valid");
 
     tf::TrainConfig resume;
@@ -1465,7 +1513,7 @@ TEST_CASE("train: --resume applies --keep, --checkpoint-every, --valid-every and
     CHECK(read_state(out).at("kept") == json::array({checkpoint_name(6)}));
     std::vector<std::int64_t> validated;
     for (const json& v : of_type(read_metrics(out), "valid")) validated.push_back(v.at("step"));
-    CHECK(validated == std::vector<std::int64_t>{2, 4, 6});  // the run's final one at 2, then --valid-every 2
+    CHECK(validated == std::vector<std::int64_t>{0, 2, 4, 6});  // before training, the run's final one at 2, then --valid-every 2
 
     // The changes stay in run.json for later resumes; the settings that cannot change, and the stopping
     // rule (extended per call), are as they were.
@@ -1834,7 +1882,9 @@ TEST_CASE("train: Ctrl-C during a validation or the final validation ends the ru
         CHECK_THAT(log, Catch::Contains("validation at step 2 interrupted; a resumed run validates this step first"));
         CHECK_THAT(log, !Catch::Contains("valid @ step"));
         CHECK_THAT(log, Catch::Contains("interrupted at step 2; checkpoint saved"));
-        CHECK(of_type(read_metrics(out), "valid").empty());
+        const auto valid = of_type(read_metrics(out), "valid");
+        REQUIRE(valid.size() == 1);  // only the one before training
+        CHECK(valid[0].at("step") == 0);
         const json state = read_state(out);
         CHECK(state.at("step") == 2);
         CHECK(state.at("last") == checkpoint_name(2));

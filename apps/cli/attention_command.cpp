@@ -17,6 +17,7 @@ namespace {
 struct AttentionCommandOptions {
     std::string model_dir, src, tgt, json, html, svg_dir, mask;
     std::vector<int> layers, heads;
+    MapStyle style;  // --cell-px, --numbers
     DecodeOptions decode;
     std::int64_t batch_tokens = 4096;  // unused: add_decode_options wants it
 };
@@ -39,6 +40,11 @@ void add_attention_command(CLI::App& app) {
     cmd->add_option("--svg-dir", opt->svg_dir, "Write one SVG file per heatmap into this directory (created if needed)");
     cmd->add_option("--layers", opt->layers, "Only these layers in the HTML and SVG files (0-based; default all)")->delimiter(',');
     cmd->add_option("--heads", opt->heads, "Only these heads in the HTML and SVG files (0-based; default all)")->delimiter(',');
+    cmd->add_option("--cell-px", opt->style.cell_px,
+                    "Pixels per heatmap cell in the HTML and SVG files (larger for a projector)")
+        ->check(number_above(4, false))
+        ->capture_default_str();
+    cmd->add_flag("--numbers", opt->style.numbers, "Print each weight in its cell (for small maps)");
     add_mask_heads_option(*cmd, opt->mask);
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
     cmd->callback([opt, cmd]() {
@@ -64,12 +70,12 @@ void add_attention_command(CLI::App& app) {
             std::cerr << "wrote " << opt->json << "\n";
         }
         if (!opt->html.empty()) {
-            write_file_atomic(opt->html, attention_html(maps, filter, "Attention of " + opt->model_dir));
+            write_file_atomic(opt->html, attention_html(maps, filter, "Attention of " + opt->model_dir, opt->style));
             std::cerr << "wrote " << opt->html << "\n";
         }
         if (!opt->svg_dir.empty()) {
             std::filesystem::create_directories(opt->svg_dir);
-            const auto files = attention_svg_files(maps, filter);
+            const auto files = attention_svg_files(maps, filter, opt->style);
             for (const auto& [name, svg] : files)
                 write_file_atomic((std::filesystem::path(opt->svg_dir) / name).string(), svg);
             std::cerr << "wrote " << files.size() << " SVG heatmaps to " << opt->svg_dir << "\n";

@@ -65,7 +65,8 @@ void add_eval_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand(
         "eval",
         "Translate --src with a trained model and score it against --ref: corpus BLEU and chrF (sacreBLEU 2.x\n"
-        "defaults) and the teacher-forced loss, NLL and perplexity of the references (dropout off).\n"
+        "defaults), exact match (the fraction of translations equal to their reference: the score of copy and\n"
+        "reverse) and the teacher-forced loss, NLL and perplexity of the references (dropout off).\n"
         "Line pairs with an empty source or reference are left out of the scores.");
     cmd->add_option("--model", opt->model_dir, "Model directory written by `tapeformer train`")->required();
     add_mask_heads_option(*cmd, opt->mask_heads);
@@ -85,7 +86,8 @@ void add_eval_command(CLI::App& app) {
             "[0, 1)"))
         ->capture_default_str();
     cmd->add_flag("--json", opt->json,
-                  "Print one JSON line {\"bleu\", \"chrf\", \"loss\", \"nll\", \"ppl\", \"signature\"} instead of text");
+                  "Print one JSON line {\"bleu\", \"chrf\", \"exact_match\", \"loss\", \"nll\", \"ppl\", \"signature\"}\n"
+                  "instead of text (exact_match: the fraction of translations equal to their reference)");
     cmd->add_option("--output-hyp", opt->output_hyp,
                     "Also write the translations to this file, one per --src line (default: not written)");
     add_precision_option(*cmd, opt->precision);
@@ -132,6 +134,7 @@ void add_eval_command(CLI::App& app) {
 
         if (opt->json) {
             const nlohmann::json j = {{"bleu", report.bleu.score}, {"chrf", report.chrf.score},
+                                      {"exact_match", report.exact.fraction()},
                                       {"loss", report.loss.loss},  {"nll", report.loss.nll},
                                       {"ppl", report.loss.ppl},    {"signature", report.bleu.signature()}};
             std::cout << j.dump() << "\n";
@@ -140,6 +143,7 @@ void add_eval_command(CLI::App& app) {
                       << "BLEU signature: " << report.bleu.signature() << "\n"
                       << report.chrf.format() << "\n"
                       << "chrF signature: " << report.chrf.signature() << "\n"
+                      << report.exact.format() << "  (translations equal to their reference)\n"
                       << format_loss(report.loss) << "  (references, teacher-forced, label smoothing "
                       << opt->label_smoothing << ", " << report.loss.tokens << " target tokens)\n";
         }

@@ -26,6 +26,7 @@ struct ExplainCommandOptions {
     ExplainView view;
     bool no_values = false;
     std::string break_grad;  // a deliberately wrong backward (ops.h BrokenGradient), with --backward
+    bool full = false;  // --full: view.rows = view.cols = 0
 };
 
 }  // namespace
@@ -46,7 +47,8 @@ void add_explain_command(CLI::App& app) {
         "attention, FFN and layer is checked against the module's forward() as it goes.\n"
         "Examples: tapeformer explain --model runs/toy \"the dog sees a cat .\"\n"
         "          tapeformer explain --init \"a b c\" --layer 0 --head 1 --stage scores,mask,softmax --check\n"
-        "          tapeformer explain --init \"a b c\" --no-values --backward");
+        "          tapeformer explain --init \"a b c\" --no-values --backward\n"
+        "          tapeformer explain --init \"a b c d e f g h i\" --stage softmax --head 0 --full");
     cmd->add_option("sentence", opt->sentence, "The source sentence")->required();
     auto* model = cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train`");
     auto* init = cmd->add_flag("--init", opt->init,
@@ -65,6 +67,14 @@ void add_explain_command(CLI::App& app) {
                     "ffn_hidden, ffn_out, final_norm, logits, probs, chosen")
         ->delimiter(',');
     cmd->add_flag("--no-values", opt->no_values, "Shapes and code locations only, no numbers");
+    auto* rows = cmd->add_option("--rows", opt->view.rows, "Rows of each matrix printed (0: all)")
+                     ->check(number_above(0, false))
+                     ->capture_default_str();
+    auto* cols = cmd->add_option("--cols", opt->view.cols, "Columns of each matrix printed (0: all)")
+                     ->check(number_above(0, false))
+                     ->capture_default_str();
+    auto* full = cmd->add_flag("--full", opt->full, "Whole matrices: every row and column (--rows 0 --cols 0)");
+    full->excludes(rows)->excludes(cols);
     cmd->add_flag("--check", opt->view.checks,
                   "Print each stage's invariants (attention rows sum to 1, masked weights exactly 0, LayerNorm rows\n"
                   "mean 0 / variance 1, each module's output equal to the walkthrough's); exit 1 if one fails");
@@ -111,6 +121,7 @@ void add_explain_command(CLI::App& app) {
         if (cmd->count("--tgt")) eo.target = &opt->tgt;
         if (copy) eo.target = &opt->sentence;
         opt->view.values = !opt->no_values;
+        if (opt->full) opt->view.rows = opt->view.cols = 0;
         if (opt->view.layer < -1 || opt->view.head < -1) check_view(Explanation{}, bundle.model->config, opt->view);
         const BrokenGradient broken = parse_broken_gradient(opt->break_grad.empty() ? "none" : opt->break_grad);
         Explanation ex;

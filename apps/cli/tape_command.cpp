@@ -87,7 +87,8 @@ void add_tape_command(CLI::App& app) {
                     "Write the graph as Graphviz DOT here: a node per tensor (name, shape, data norm and first values,\n"
                     "gradient norm and first values or \"grad: not computed\") and per op; parameters light blue, ops\n"
                     "grey, activations saved on the tape orange, the loss green, constants white");
-    cmd->add_option("--collapse", opt->collapse, "With --dot: group nodes into Graphviz clusters, one per layer or per module")
+    cmd->add_option("--collapse", opt->collapse, "With --dot: one node per layer or per module, listing its ops, parameters and\n"
+                    "saved activations (a Transformer step on one page)")
         ->check(CLI::IsMember({"layer", "module"}));
     cmd->add_flag("--forward-only", opt->forward_only, "Record the forward pass only: no backward, the DOT says \"grad: not computed\"");
     cmd->add_flag("--step-backward", opt->step_backward,

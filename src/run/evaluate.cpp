@@ -116,6 +116,7 @@ EvalReport evaluate(Transformer& model, const TokenizerPair& tokenizers, const s
     report.hypotheses = translate_lines(model, tokenizers, src, options, batch_tokens, progress, &report.truncated);
     report.bleu = corpus_bleu(report.hypotheses, ref);
     report.chrf = corpus_chrf(report.hypotheses, ref);
+    report.exact = exact_match(report.hypotheses, ref);
     // Teacher-forced loss of the references; pairs too long for the positional table are left out.
     ParallelText text;
     text.source = src;

@@ -6,7 +6,7 @@
 TF_NAMESPACE_BEGIN
 
 namespace {
-// The numbers of each type of line, by key (valid_bleu is optional, so apart).
+// The numbers of each type of line, by key (valid_bleu and valid_exact are optional, so apart).
 using Number = double MetricsLine::*;
 const std::pair<const char*, Number> kTrainNumbers[] = {
     {"loss", &MetricsLine::loss}, {"nll", &MetricsLine::nll},           {"ppl", &MetricsLine::ppl},
@@ -27,6 +27,7 @@ nlohmann::json to_json(const MetricsLine& m) {
     } else {
         for (const auto& [key, field] : kValidNumbers) j[key] = m.*field;
         if (m.valid_bleu) j["valid_bleu"] = *m.valid_bleu;
+        if (m.valid_exact) j["valid_exact"] = *m.valid_exact;
         if (!m.weights.empty()) j["weights"] = m.weights;
         if (m.best) j["best"] = *m.best;
     }
@@ -42,7 +43,7 @@ std::string metrics_line_problem(const nlohmann::json& j) {
     if (!step->is_number_unsigned() && !(step->is_number_integer() && step->get<std::int64_t>() >= 0))
         return "\"step\" is " + step->dump() + ", expected a non-negative integer";
     for (const char* key : {"epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tok_per_s", "elapsed", "valid_loss",
-                            "valid_nll", "valid_ppl", "valid_bleu"}) {
+                            "valid_nll", "valid_ppl", "valid_bleu", "valid_exact"}) {
         const auto it = j.find(key);
         if (it == j.end() || it->is_number()) continue;
         if (it->is_null()) return "\"" + std::string(key) + "\" is null (NaN or infinite when it was written)";
@@ -73,6 +74,7 @@ MetricsLine metrics_line_from_json(const nlohmann::json& j) {
     for (const auto& [key, field] : kTrainNumbers) read(key, field);
     for (const auto& [key, field] : kValidNumbers) read(key, field);
     if (const auto it = j.find("valid_bleu"); it != j.end()) m.valid_bleu = it->get<double>();
+    if (const auto it = j.find("valid_exact"); it != j.end()) m.valid_exact = it->get<double>();
     if (const auto it = j.find("layer_grad_norms"); it != j.end())
         for (const nlohmann::json& p : *it) m.layer_grad_norms.emplace_back(p[0].get<std::string>(), p[1].get<double>());
     if (const auto it = j.find("weights"); it != j.end() && it->is_string()) m.weights = it->get<std::string>();

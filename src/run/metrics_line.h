@@ -5,7 +5,9 @@
 //   {"type":"train","step":100,"epoch":1,"loss":..,"nll":..,"ppl":..,"lr":..,"grad_norm":..,"tok_per_s":..,
 //    "elapsed":..,"layer_grad_norms":[["encoder.layers.0",0.5],...]}      (layer norms at log steps only)
 //   {"type":"valid","step":100,"epoch":1,"valid_loss":..,"valid_nll":..,"valid_ppl":..,"valid_bleu":..,
-//    "elapsed":..,"weights":"last"|"ema","best":true|false}               (valid_bleu with --valid-bleu)
+//    "valid_exact":..,"elapsed":..,"weights":"last"|"ema","best":true|false}
+//                                               (valid_bleu and valid_exact with --valid-bleu)
+//   The validation at step 0, before training, has the loss only: no valid_bleu, valid_exact or best.
 //
 // JSON has no NaN: a NaN or infinite number is written as null, and a reader refuses the line.
 #pragma once
@@ -34,9 +36,10 @@ struct MetricsLine {
     std::vector<std::pair<std::string, double>> layer_grad_norms;  // [layer, ‖g‖] before clipping; empty = absent
     // Type::Valid
     double valid_loss = kAbsent, valid_nll = kAbsent, valid_ppl = kAbsent;
-    std::optional<double> valid_bleu;  // greedy BLEU, when the run scores it
-    std::string weights;               // "last" or "ema": the weights scored ("" = absent)
-    std::optional<bool> best;          // whether this validation gave the best model so far
+    std::optional<double> valid_bleu;   // greedy BLEU, when the run scores it
+    std::optional<double> valid_exact;  // of the same greedy translations, the fraction equal to their reference
+    std::string weights;                // "last" or "ema": the weights scored ("" = absent)
+    std::optional<bool> best;           // whether this validation gave the best model so far
 
     static constexpr double kAbsent = std::numeric_limits<double>::quiet_NaN();
 };

@@ -172,6 +172,7 @@ private:
     void check_reachable(const std::string& path) const;
     void train_step(const Batch& batch);
     void log_progress(bool force_line, bool interrupted = false);
+    void validate_before_training();  // step 0's validation loss: where the curves start
     bool validate();  // false when a signal interrupted it (nothing of it kept: the run still owes it)
     void validate_now(const ProgressFn& after_each_batch);  // validate()'s work
     void checkpoint();              // writes one unless the newest already holds this state
@@ -577,12 +578,15 @@ void Trainer::start_writing() {
     fs::create_directories(fs::path(dir_) / "checkpoints", ec);
     if (ec) throw std::runtime_error("cannot create '" + dir_ + "/checkpoints': " + ec.message());
     const std::string metrics = (fs::path(dir_) / "metrics.jsonl").string();
-    if (c_.resume) truncate_metrics(metrics, state_.step);  // a resumed run continues from its checkpoint's step
+    // A resumed run continues from its checkpoint's step; one with no checkpoint starts over and keeps no
+    // line (not even step 0's validation, which it writes again).
+    const std::int64_t kept_step = resume_from_.empty() ? -1 : state_.step;
+    if (c_.resume) truncate_metrics(metrics, kept_step);
     metrics_.open(metrics, std::ios::app);
     if (!metrics_) throw std::runtime_error("cannot write '" + metrics + "'");
     // heads.jsonl is written by the head-log watcher (HeadLogWatcher, a study), but which lines a resumed run
     // keeps is the run's to say, as for metrics.jsonl.
-    if (c_.resume && c_.log_heads_every) truncate_metrics((fs::path(dir_) / "heads.jsonl").string(), state_.step);
+    if (c_.resume && c_.log_heads_every) truncate_metrics((fs::path(dir_) / "heads.jsonl").string(), kept_step);
     for (StepWatcher* w : watchers_) w->start(c_);
 }
 
@@ -698,6 +702,36 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
     window = TrainState::LogWindow{};
 }
 
+// The validation loss of the weights before the first step, so that the validation curves start where
+// training does (about ln V for a fresh model: every token equally likely). Only a loss, of the same
+// weights validation scores (--ema: their average, equal to them at step 0): it decodes nothing, chooses
+// no best model and saves nothing, so the run's checkpoints and best model are those of a run without it.
+// A signal during it leaves no line.
+void Trainer::validate_before_training() {
+    if (valid_examples_.empty() || state_.step != 0) return;
+    struct Interrupted {};
+    const ProgressFn stop_on_signal = [](std::int64_t, std::int64_t) {
+        if (interrupt_signal()) throw Interrupted{};
+    };
+    LossReport loss;
+    try {
+        const AveragedWeightsScope averaged(average_.get());
+        loss = teacher_forced_loss(*model_, valid_examples_, c_.data.batch_tokens, c_.optim.label_smoothing, stop_on_signal);
+    } catch (const Interrupted&) {
+        return;
+    }
+    MetricsLine line;
+    line.type = MetricsLine::Type::Valid;
+    line.step = 0;
+    line.epoch = 1;
+    line.valid_loss = loss.loss, line.valid_nll = loss.nll, line.valid_ppl = loss.ppl, line.elapsed = 0;
+    line.weights = average_ ? "ema" : "last";
+    write_metrics(line);
+    log_ << "validation before training | loss " << fmt("%.4f", loss.loss) << " | nll " << fmt("%.4f", loss.nll)
+         << " | ppl " << fmt("%.2f", loss.ppl) << " (a model that knows nothing: nll ln V = "
+         << fmt("%.4f", std::log(double(model_->config.tgt_vocab))) << ")\n";
+}
+
 // A signal during validation ends it after the batch under way: a large validation set must not keep a
 // Ctrl-C waiting for minutes. Nothing of an interrupted validation is kept (valid_step stays as it was),
 // so the checkpoint still owes it and the resumed run validates this step first.
@@ -738,9 +772,12 @@ void Trainer::validate_now(const ProgressFn& after_each_batch) {
         std::vector<std::string> refs;
         for (const auto& r : valid_ref_lines_) refs.emplace_back(trim(r));
         const BleuScore bleu = corpus_bleu(hyps, refs);
+        const ExactMatch exact = exact_match(hyps, refs);
         line.valid_bleu = bleu.score;
+        line.valid_exact = exact.fraction();
         score = bleu.score;
-        bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score);
+        bleu_text = " | greedy BLEU " + fmt("%.2f", bleu.score) + " | exact " + std::to_string(exact.matched) + "/" +
+                    std::to_string(exact.total);
         result_.best_valid_bleu = std::max(result_.best_valid_bleu, bleu.score);
     }
     state_.valid_step = state_.step;  // done: from here on nothing can be interrupted
@@ -820,6 +857,7 @@ TrainResult Trainer::run() {
         return result_;
     }
     start_writing();
+    validate_before_training();
     const std::int64_t first_step = state_.step;
 
     auto stop_reason = [&]() {

@@ -143,7 +143,8 @@ std::vector<Setting<TrainConfig>> build_table() {
         "layer norm and loss stay fp32); on a CPU without bf16 instructions: fp32, with a note",
         {"fp32", "bf16"}, [](auto& c) -> auto& { return c.precision; }, parse_precision,
         [](Precision p) { return precision_name(p); })));
-    t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run, "Decode the validation set (greedy) and pick the best model by BLEU",
+    t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run,
+                                "Decode the validation set (greedy), score BLEU and exact match, and pick the best model by BLEU",
                                 "no-valid-bleu", [](auto& c) -> auto& { return c.valid_bleu; }));
     t.push_back(added_later(bool_setting<T>(
         "overfit-batch", "overfit_batch", run,

@@ -96,12 +96,16 @@ std::string attention_json(const AttentionMaps& m) {
 }
 
 std::string attention_svg(const AttentionMatrix& w, const std::vector<std::string>& queries,
-                          const std::vector<std::string>& keys, const std::string& title) {
-    Heatmap map;  // white (0) to dark blue (1), one 18-pixel cell per (query, key)
+                          const std::vector<std::string>& keys, const std::string& title, const MapStyle& style) {
+    Heatmap map;  // white (0) to dark blue (1), one square cell per (query, key)
     map.values = w;
     map.rows = queries;
     map.columns = keys;
     map.title = title;
+    map.row_title = "query";
+    map.column_title = "key";
+    map.cell_width = map.cell_height = std::max(4, style.cell_px);
+    map.cell_numbers = style.numbers;
     return heatmap_svg(map);
 }
 
@@ -129,23 +133,25 @@ void for_each_map(const AttentionMaps& m, const MapFilter& filter, F f) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> attention_svg_files(const AttentionMaps& m, const MapFilter& filter) {
+std::vector<std::pair<std::string, std::string>> attention_svg_files(const AttentionMaps& m, const MapFilter& filter,
+                                                                    const MapStyle& style) {
     std::vector<std::pair<std::string, std::string>> files;
     for_each_map(m, filter, [&](char kind, int l, int h, const AttentionMatrix& w, const auto& q, const auto& k) {
         const std::string title = std::string(1, kind) + ":" + std::to_string(l) + ":" + std::to_string(h) + " " + kind_name(kind);
         files.push_back({std::string(1, kind) + "-layer" + std::to_string(l) + "-head" + std::to_string(h) + ".svg",
-                         attention_svg(w, q, k, title)});
+                         attention_svg(w, q, k, title, style)});
     });
     return files;
 }
 
-std::string attention_html(const AttentionMaps& m, const MapFilter& filter, const std::string& title) {
+std::string attention_html(const AttentionMaps& m, const MapFilter& filter, const std::string& title, const MapStyle& style) {
     std::ostringstream o;
     o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << xml_escape(title) << "</title>\n"
       << "<style>body{font-family:sans-serif;margin:1em 2em}h2{margin-top:1.5em}.row{display:flex;flex-wrap:wrap;gap:1em}"
          "figure{margin:0}figcaption{font-size:12px;color:#444}</style></head><body>\n"
       << "<h1>" << xml_escape(title) << "</h1>\n<p>Rows are queries, columns keys; darker is more attention (each row sums "
-         "to 1). Hover a cell for its weight. Heads are KIND:layer:head, 0-based.</p>\n";
+         "to 1); the bar beside each map gives the colours' values. Hover a cell for its weight. Heads are KIND:layer:head, "
+         "0-based.</p>\n";
     auto join = [](const std::vector<std::string>& t) {
         std::string s;
         for (const auto& x : t) s += (s.empty() ? "" : " ") + x;
@@ -163,7 +169,8 @@ std::string attention_html(const AttentionMaps& m, const MapFilter& filter, cons
             current_layer = l;
         }
         const std::string name = std::string(1, kind) + ":" + std::to_string(l) + ":" + std::to_string(h);
-        o << "<figure id=\"" << name << "\">" << attention_svg(w, q, k, name) << "<figcaption>" << name << "</figcaption></figure>\n";
+        // The head's name is the title inside its own picture: a caption under a map reads as the next one's.
+        o << "<figure id=\"" << name << "\">" << attention_svg(w, q, k, name, style) << "</figure>\n";
     });
     if (current_kind) o << "</div>\n";
     o << "</body></html>\n";

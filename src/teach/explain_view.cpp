@@ -23,17 +23,23 @@ std::string pad(const std::string& s, std::size_t w) {
     return t + std::string(w - t.size(), ' ');
 }
 
-// The mask as a picture: one row per query (or one row for all queries), "0" keeps, "-inf" drops.
-std::string mask_picture(const Tensor& mask, const std::vector<std::string>& queries, const std::vector<std::string>& keys) {
-    const std::int64_t mq = mask.size(2), Tk = mask.size(3);
+// How many of `n` rows or columns a view limit of `shown` prints (0: all).
+std::int64_t first(std::int64_t n, std::int64_t shown) { return shown > 0 ? std::min(n, shown) : n; }
+
+// The mask as a picture: one row per query (or one row for all queries), "0" keeps, "-inf" drops; the
+// first 12 rows and keys, or more when the view asks for more.
+std::string mask_picture(const Tensor& mask, const std::vector<std::string>& queries, const std::vector<std::string>& keys,
+                         const ExplainView& v) {
+    const std::int64_t mq = first(mask.size(2), v.rows > 0 ? std::max<std::int64_t>(v.rows, 12) : 0);
+    const std::int64_t Tk = mask.size(3), shown_keys = first(Tk, v.cols > 0 ? std::max<std::int64_t>(v.cols, 12) : 0);
     std::ostringstream o;
-    o << "mask " << mask.shape().str() << (mq == 1 ? ", the same for every query:" : ", row = query, column = key:") << "\n";
+    o << "mask " << mask.shape().str() << (mask.size(2) == 1 ? ", the same for every query:" : ", row = query, column = key:") << "\n";
     o << "        ";
-    for (std::int64_t k = 0; k < std::min<std::int64_t>(Tk, 12); ++k) o << pad(keys.size() > std::size_t(k) ? keys[k] : "", 6);
+    for (std::int64_t k = 0; k < shown_keys; ++k) o << pad(keys.size() > std::size_t(k) ? keys[k] : "", 6);
     o << "\n";
-    for (std::int64_t q = 0; q < std::min<std::int64_t>(mq, 12); ++q) {
-        o << pad(mq == 1 ? "all" : (queries.size() > std::size_t(q) ? queries[q] : ""), 8);
-        for (std::int64_t k = 0; k < std::min<std::int64_t>(Tk, 12); ++k) o << pad(std::isinf(mask.data()[q * Tk + k]) ? "-inf" : "0", 6);
+    for (std::int64_t q = 0; q < mq; ++q) {
+        o << pad(mask.size(2) == 1 ? "all" : (queries.size() > std::size_t(q) ? queries[q] : ""), 8);
+        for (std::int64_t k = 0; k < shown_keys; ++k) o << pad(std::isinf(mask.data()[q * Tk + k]) ? "-inf" : "0", 6);
         o << "\n";
     }
     return o.str();
@@ -57,41 +63,41 @@ std::string label(const std::vector<std::string>& labels, std::int64_t i, std::s
     return s + std::string(width - s.size(), ' ');
 }
 
-// The first rows × columns of a (rows, cols) matrix at `base`.
+// The first v.rows × v.cols of an (R, K) matrix at `base` (all of it where a limit is 0).
 void matrix_excerpt(std::ostringstream& o, const real* base, std::int64_t R, std::int64_t K, const ExplainStage& s,
-                    const std::string& indent) {
-    constexpr std::int64_t kRows = 6, kCols = 8;
+                    const ExplainView& v, const std::string& indent) {
+    const std::int64_t rows = first(R, v.rows), cols = first(K, v.cols);
     if (!s.cols.empty()) {
         o << indent << std::string(10, ' ');
-        for (std::int64_t k = 0; k < std::min(K, kCols); ++k) {
+        for (std::int64_t k = 0; k < cols; ++k) {
             std::string c = std::size_t(k) < s.cols.size() ? s.cols[k] : std::to_string(k);
             if (c.size() > 9) c = c.substr(0, 9);
             o << " " << std::string(9 - c.size(), ' ') << c;  // right-aligned over the numbers
         }
         o << "\n";
     }
-    for (std::int64_t r = 0; r < std::min(R, kRows); ++r) {
+    for (std::int64_t r = 0; r < rows; ++r) {
         o << indent << label(s.rows, r, 10);
-        for (std::int64_t k = 0; k < std::min(K, kCols); ++k) {
-            const std::string v = value_str(base[r * K + k]);
-            o << " " << std::string(9 - std::min<std::size_t>(9, v.size()), ' ') << v;
+        for (std::int64_t k = 0; k < cols; ++k) {
+            const std::string x = value_str(base[r * K + k]);
+            o << " " << std::string(9 - std::min<std::size_t>(9, x.size()), ' ') << x;
         }
-        if (K > kCols) o << "  … (" << K << " columns)";
+        if (K > cols) o << "  … (" << K << " columns; --cols or --full for more)";
         o << "\n";
     }
-    if (R > kRows) o << indent << "… (" << R << " rows)\n";
+    if (R > rows) o << indent << "… (" << R << " rows; --rows or --full for more)\n";
 }
 
 void values(std::ostringstream& o, const ExplainStage& s, const ExplainView& v) {
     const Tensor& t = s.value;
     if (t.rank() == 3) {
-        matrix_excerpt(o, t.data(), t.size(1), t.size(2), s, "      ");
+        matrix_excerpt(o, t.data(), t.size(1), t.size(2), s, v, "      ");
     } else if (t.rank() == 4) {
         const std::int64_t H = t.size(1), R = t.size(2), K = t.size(3);
         for (std::int64_t h = 0; h < H; ++h) {
             if (v.head >= 0 && h != v.head) continue;
             o << "      head " << h << ":\n";
-            matrix_excerpt(o, t.data() + h * R * K, R, K, s, "        ");
+            matrix_excerpt(o, t.data() + h * R * K, R, K, s, v, "        ");
         }
     }
 }
@@ -130,7 +136,7 @@ std::string format_explanation(const Explanation& ex, const ExplainView& v) {
         if (s.value.defined()) o << "   " << s.letters << " = " << s.value.shape().str();
         else if (!s.letters.empty()) o << "   " << s.letters;
         o << "\n      computed in " << s.where << "\n";
-        const std::string text = s.id == "mask" ? mask_picture(s.value, s.rows, s.cols) : s.text;
+        const std::string text = s.id == "mask" ? mask_picture(s.value, s.rows, s.cols, v) : s.text;
         if (!text.empty() && (v.values || !s.value.defined())) {
             std::istringstream lines(text);
             for (std::string line; std::getline(lines, line);) o << "      " << line << "\n";

@@ -127,6 +127,9 @@ struct RunData {
     std::string model_error;
     std::vector<std::string> src, tgt;  // sentences for attention maps, masks and smoothing
     std::string sentences_from, sentences_error;
+    // The masks' batch: pairs of the same file whose sources have different lengths (copy and reverse sets
+    // begin with equal lengths, which leave the padding mask blank); src/tgt when there are none.
+    std::vector<std::string> mask_src, mask_tgt;
     double label_smoothing = 0.1;
     bool label_smoothing_known = false;
 };
@@ -198,6 +201,15 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
     }
     if (src.empty() && d.sentences_error.empty())
         d.sentences_error = "the run had no validation data: give sentences with --src (and --tgt)";
+    // For the masks: the first pairs (of at most 1000 lines) each with a source word count not seen yet.
+    std::set<std::size_t> lengths;
+    for (std::size_t i = 0; i < d.src.size() && i < 1000 && d.mask_src.size() < 3; ++i) {
+        if (trim(d.src[i]).empty() || (i < d.tgt.size() && trim(d.tgt[i]).empty())) continue;
+        const std::string line(trim(d.src[i]));
+        if (!lengths.insert(std::size_t(std::count(line.begin(), line.end(), ' '))).second) continue;
+        d.mask_src.push_back(line);
+        d.mask_tgt.push_back(i < d.tgt.size() ? std::string(trim(d.tgt[i])) : "");
+    }
     // Keep the first non-empty pairs, as many as asked for.
     std::vector<std::string> s, t;
     for (std::size_t i = 0; i < d.src.size() && int(s.size()) < std::max(1, opt.sentences); ++i) {
@@ -209,6 +221,7 @@ RunData load_run(const std::string& dir, const ReportOptions& opt) {
         throw std::runtime_error("report: " + std::to_string(d.src.size()) + " source lines but " + std::to_string(d.tgt.size()) +
                                  " target lines");
     d.src = s, d.tgt = t;
+    if (d.mask_src.size() < 2) d.mask_src = d.src, d.mask_tgt = d.tgt;  // all of one length: the sentences shown
     d.sentences_from = opt.src.empty() ? src : opt.src;
     return d;
 }
@@ -335,18 +348,22 @@ std::string lr_section(const RunData& d) {
 }
 
 std::string bleu_section(const RunData& d) {
-    std::vector<double> steps, bleu;
-    for (const MetricsLine& v : d.valid)
+    std::vector<double> steps, bleu, exact_steps, exact;
+    for (const MetricsLine& v : d.valid) {
         if (v.valid_bleu) steps.push_back(double(v.step)), bleu.push_back(*v.valid_bleu);
+        if (v.valid_exact) exact_steps.push_back(double(v.step)), exact.push_back(100 * *v.valid_exact);
+    }
     if (steps.empty())
         return missing(d.valid.empty() ? "no validations in metrics.jsonl: train with --valid-src/--valid-tgt"
                                        : "validation ran without BLEU (--no-valid-bleu)");
     LineChart c;
     c.id = "chart-bleu";
-    c.title = "greedy BLEU on the validation set";
+    c.title = exact.empty() ? "greedy BLEU on the validation set" : "greedy BLEU and exact match on the validation set";
     c.x_label = "step";
-    c.y_label = "BLEU";
+    c.y_label = exact.empty() ? "BLEU" : "BLEU / % exact";
     c.series.push_back(series("valid BLEU", steps, bleu, false, true));
+    // Exact match is the score of copy and reverse: BLEU credits a half-right line, exact match does not.
+    if (!exact.empty()) c.series.push_back(series("% exact", exact_steps, exact, true, true));
     return line_chart_svg(c);
 }
 
@@ -412,9 +429,20 @@ std::string grad_norm_section(const RunData& d) {
         const double clip = d.run->optim.clip;
         total.series.push_back(series("--clip " + num(clip), {total.series[0].x.front(), total.series[0].x.back()}, {clip, clip}, true, false, "#888"));
     }
-    return para("The gradient of the loss reaching each layer's parameters at the log steps. With post-norm (the paper's "
-                "layout) the layers near the output get larger gradients than those near the input early in training, which is "
-                "why it needs warmup; pre-norm keeps them closer (train once with --norm pre and compare).") +
+    // What this run's plot shows at its first logged step, not what a textbook run would.
+    std::string first_step;
+    for (const MetricsLine& line : d.train) {
+        if (line.layer_grad_norms.empty()) continue;
+        auto [lo, hi] = std::minmax_element(line.layer_grad_norms.begin(), line.layer_grad_norms.end(),
+                                            [](const auto& a, const auto& b) { return a.second < b.second; });
+        first_step = " In this run, at step " + std::to_string(line.step) + " the largest is " + xml_escape(hi->first) + "'s (" +
+                     num(hi->second, "%.3g") + ") and the smallest " + xml_escape(lo->first) + "'s (" + num(lo->second, "%.3g") + ").";
+        break;
+    }
+    return para("The gradient of the loss reaching each layer's parameters at the log steps." + first_step +
+                " Which layers get the larger gradients early in training, those near the output or those near the input? "
+                "Train once with --norm " + std::string(d.run && d.run->model.norm == NormPosition::Pre ? "post" : "pre") +
+                " and compare: the gap between them is what warmup protects post-norm from.") +
            line_chart_svg(c) + line_chart_svg(total);
 }
 
@@ -465,6 +493,7 @@ std::string heads_section(const RunData& d, const ReportOptions& opt, const char
         m.lo = lo, m.hi = hi > lo ? hi : lo + 1;
         m.cell_width = m.cell_height = 26;
         m.left = 40, m.top = 70;
+        m.row_title = "layer", m.column_title = "head";
         o << "<figure>" << heatmap_svg(m) << "</figure>\n";
     }
     o << "</div>\n";
@@ -522,7 +551,7 @@ std::string attention_section(const RunData& d) {
             for (std::size_t l = 0; l < g.maps.size(); ++l)
                 for (std::size_t h = 0; h < g.maps[l].size(); ++h) {
                     const std::string name = std::string(1, g.kind) + ":" + std::to_string(l) + ":" + std::to_string(h);
-                    std::string svg = attention_svg(g.maps[l][h], g.q, g.k, name);
+                    std::string svg = attention_svg(g.maps[l][h], g.q, g.k, name);  // 28-px cells, query/key titled
                     const std::string id = "chart-attention-s" + std::to_string(i + 1) + "-" + std::string(1, g.kind) + "-" +
                                            std::to_string(l) + "-" + std::to_string(h);
                     svg.insert(4, " id=\"" + id + "\"");  // after "<svg"
@@ -559,12 +588,13 @@ std::string positional_section(const RunData& d) {
     h.label_every = C > 64 ? 16 : 4;
     h.left = 60, h.top = 60;
     h.hover = P * C <= 8192;
+    h.row_title = "position", h.column_title = "dimension i";
     return para(m.config.positional == PositionalKind::Sinusoidal
                     ? "PE[pos, 2i] = sin(pos / 10000^(2i/C)), PE[pos, 2i+1] = cos(pos / 10000^(2i/C)) (nn/embedding.h): each "
                       "pair of dimensions is a clock of its own frequency, fast on the left, slow on the right. Blue is −" +
                           num(extreme) + ", red +" + num(extreme) + "."
                     : "The learned table (max_len, C) as trained. Blue is −" + num(extreme) + ", red +" + num(extreme) + ".") +
-           heatmap_svg(h);
+           "<figure>" + heatmap_svg(h) + "</figure>\n";
 }
 
 // The pictures the masks of nn/attention.h give for a batch of the sentences: 1 where a key is hidden (−∞).
@@ -573,10 +603,10 @@ std::string masks_section(const RunData& d) {
     if (d.src.empty()) return missing(d.sentences_error.empty() ? "no sentences" : d.sentences_error);
     const ModelConfig& mc = d.model.model->config;
     std::vector<Example> ex;
-    for (std::size_t i = 0; i < d.src.size(); ++i) {
+    for (std::size_t i = 0; i < d.mask_src.size(); ++i) {
         Example e;
-        e.src = d.model.tokenizers.source->encode(d.src[i]);
-        e.tgt = d.model.tokenizers.target->encode(i < d.tgt.size() && !d.tgt[i].empty() ? d.tgt[i] : d.src[i]);
+        e.src = d.model.tokenizers.source->encode(d.mask_src[i]);
+        e.tgt = d.model.tokenizers.target->encode(i < d.mask_tgt.size() && !d.mask_tgt[i].empty() ? d.mask_tgt[i] : d.mask_src[i]);
         ex.push_back(e);
     }
     std::vector<std::int64_t> rows(ex.size());
@@ -596,6 +626,7 @@ std::string masks_section(const RunData& d) {
         p.values.push_back(r);
     }
     for (std::int32_t s = 0; s < b.S; ++s) p.columns.push_back("key " + std::to_string(s));
+    p.row_title = "sentence", p.column_title = "source position (key)";
     p.hover_text = [&](std::size_t r, std::size_t k) {
         const std::int32_t id = b.src[r * std::size_t(b.S) + k];
         return p.rows[r] + ", key " + std::to_string(k) + " '" + d.model.tokenizers.source->id_to_piece(id) + "': " + text(p.values[r][k]);
@@ -614,6 +645,7 @@ std::string masks_section(const RunData& d) {
         c.values.push_back(r);
     }
     c.hover_text = [&](std::size_t r, std::size_t k) { return c.rows[r] + ", " + c.columns[k] + ": " + text(c.values[r][k]); };
+    c.row_title = "query", c.column_title = "key";
     const std::string causal_svg = heatmap_svg(c);
 
     // The decoder's combined mask for the shortest target of the batch: causal and padding together.
@@ -632,13 +664,15 @@ std::string masks_section(const RunData& d) {
         for (std::int32_t k = 0; k < b.T; ++k) r.push_back(hidden(both.data()[(std::int64_t(shortest) * b.T + q) * b.T + k]));
         cp.values.push_back(r);
     }
+    cp.row_title = "query", cp.column_title = "key";
     cp.hover_text = [&](std::size_t r, std::size_t k) {
         return "query " + std::to_string(r) + " '" + cp.rows[r] + "', key " + std::to_string(k) + ": " + text(cp.values[r][k]);
     };
     return para("Masks are added to the attention scores before the softmax: 0 keeps a key, −∞ hides it (dark = hidden). "
                 "The padding mask hides the padding keys of shorter sentences in a batch; the causal mask hides the "
                 "future from each decoder position; the decoder uses both. Built by key_padding_mask, causal_mask and "
-                "causal_padding_mask (nn/attention.h) for a batch of the sentences above." +
+                "causal_padding_mask (nn/attention.h) for a batch of sentences of different lengths from " +
+                xml_escape(d.sentences_from) + "." +
                 std::string(mc.causal_mask ? "" : " This model was trained without the causal mask (--no-causal-mask): its "
                                                   "decoder uses the padding mask only.")) +
            "<div class=\"row\">\n<figure>" + pad_svg + "</figure>\n<figure>" + causal_svg + "</figure>\n<figure>" +
@@ -679,6 +713,10 @@ std::string label_smoothing_section(const RunData& d) {
         h.values.push_back(r);
     }
     h.hover_text = [&](std::size_t r, std::size_t k) { return h.rows[r] + ", entry '" + h.columns[k] + "': q = " + num(h.values[r][k], "%.6f"); };
+    // ε/V is invisible on a linear colour scale: each cell prints its q.
+    h.cell_numbers = true;
+    h.cell_width = 44, h.cell_height = 30;  // room for "2e-04"
+    h.row_title = "target position", h.column_title = "vocabulary entry";
     // The floor of the smoothed loss: the entropy of q (reached when p = q).
     const double on = 1 - eps + eps / double(V), off = eps / double(V);
     const double floor = -(on * std::log(on)) - (eps > 0 ? double(V - 1) * off * std::log(off) : 0);
@@ -687,6 +725,8 @@ std::string label_smoothing_section(const RunData& d) {
     bars.title = "q over all V entries for one position, largest first";
     bars.x_label = "entry (sorted)";
     bars.y_label = "q";
+    bars.log_y = eps > 0;  // the ε/V entries sit orders of magnitude below the right token's: a log axis shows both
+    if (bars.log_y) bars.title += " (log scale)";
     LineSeries row = series("q", {}, {});
     std::vector<double> q0;
     for (std::int64_t v = 0; v < V; ++v) q0.push_back(1.0 / double(V) - double(N) * double(g[v]));

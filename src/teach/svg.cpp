@@ -37,6 +37,20 @@ std::string px(double v) {
     return buf;
 }
 
+// A value as a colour bar or a cell prints it: 3 significant digits ("0.25", "1e-03", "-0.5").
+std::string num_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return buf;
+}
+
+// A value as a cell prints it, short enough for the cell: "0.25", "0.9", "2e-04" (the hover text has it whole).
+std::string cell_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, v != 0 && std::abs(v) < 0.01 ? "%.0e" : "%.2g", v);
+    return buf;
+}
+
 // a in [0, 1] -> white .. dark blue (the attention maps' colours)
 std::string sequential_colour(double a) {
     char rgb[32];
@@ -71,43 +85,84 @@ std::vector<double> nice_ticks(double lo, double hi, int n) {
 std::string heatmap_svg(const Heatmap& m) {
     const std::size_t R = m.values.size(), K = m.columns.size();
     const int font = 11;
+    // Left of the cells: the row title, rotated; above them the column title under the picture's title.
+    const int left = m.left + (m.row_title.empty() ? 0 : 18), top = m.top + (m.column_title.empty() ? 0 : 10);
+    const int cells_w = m.cell_width * int(K), cells_h = m.cell_height * int(R);
+    // The colour bar: 20 bands from hi (top) to lo, at least 80 px tall, values at its top, middle and bottom.
+    const int bar_x = left + cells_w + 14, bar_w = 12, bar_h = std::max(cells_h, 80);
+    const std::string lo_text = num_text(m.lo), mid_text = num_text((m.lo + m.hi) / 2), hi_text = num_text(m.hi);
+    const int bar_text = int(std::max({lo_text.size(), mid_text.size(), hi_text.size()})) * font * 6 / 10;
+    const int right = m.colour_bar ? bar_x + bar_w + 6 + bar_text + 6 : left + cells_w + 10;
     // Wide enough for the title too (about 0.6 em per character of bold text).
-    const int width = std::max(m.left + m.cell_width * int(K) + 10, 8 + int(m.title.size()) * font * 6 / 10);
-    const int height = m.top + m.cell_height * int(R) + 10;
+    const int width = std::max(right, 8 + int(m.title.size()) * font * 6 / 10);
+    const int height = top + (m.colour_bar ? std::max(cells_h, bar_h) : cells_h) + 10;
     const int every = std::max(1, m.label_every);
+    const double span = m.hi > m.lo ? m.hi - m.lo : 1;
+    auto colour = [&](double v) {
+        const double a = std::min(1.0, std::max(0.0, (v - m.lo) / span));
+        return m.scale == ColorScale::sequential ? sequential_colour(a) : diverging_colour(a);
+    };
     std::ostringstream o;
     o << "<svg xmlns=\"http://www.w3.org/2000/svg\"" << (m.id.empty() ? "" : " id=\"" + xml_escape(m.id) + "\"")
       << " width=\"" << width << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"" << font
       << "\">\n<title>" << xml_escape(m.title) << "</title>\n";
-    o << "<text x=\"4\" y=\"14\" font-weight=\"bold\">" << xml_escape(m.title) << "</text>\n";
+    o << "<text class=\"map-title\" x=\"4\" y=\"14\" font-weight=\"bold\">" << xml_escape(m.title) << "</text>\n";
+    if (!m.column_title.empty())
+        o << "<text class=\"axis-title\" x=\"" << left + cells_w / 2 << "\" y=\"30\" text-anchor=\"middle\" font-style=\"italic\">"
+          << xml_escape(m.column_title) << " →</text>\n";
+    if (!m.row_title.empty()) {
+        const int x = 12, y = top + cells_h / 2;
+        o << "<text class=\"axis-title\" x=\"" << x << "\" y=\"" << y << "\" text-anchor=\"middle\" font-style=\"italic\" "
+          << "transform=\"rotate(-90 " << x << " " << y << ")\">" << xml_escape(m.row_title) << "</text>\n";
+    }
     for (std::size_t k = 0; k < K; k += every) {  // column labels, rotated, above the columns
-        const int x = m.left + int(k) * m.cell_width + m.cell_width / 2 + 4, y = m.top - 6;
+        const int x = left + int(k) * m.cell_width + m.cell_width / 2 + 4, y = top - 6;
         o << "<text x=\"" << x << "\" y=\"" << y << "\" transform=\"rotate(-60 " << x << " " << y << ")\">"
           << xml_escape(m.columns[k]) << "</text>\n";
     }
-    const double span = m.hi > m.lo ? m.hi - m.lo : 1;
     for (std::size_t r = 0; r < R; ++r) {
         if (r % every == 0 && r < m.rows.size())
-            o << "<text x=\"" << m.left - 6 << "\" y=\"" << m.top + int(r) * m.cell_height + m.cell_height - 5
+            o << "<text x=\"" << left - 6 << "\" y=\"" << top + int(r) * m.cell_height + m.cell_height / 2 + 4
               << "\" text-anchor=\"end\">" << xml_escape(m.rows[r]) << "</text>\n";
         for (std::size_t k = 0; k < K && k < m.values[r].size(); ++k) {
             const double v = m.values[r][k];
-            const double a = std::min(1.0, std::max(0.0, (v - m.lo) / span));
-            o << "<rect x=\"" << m.left + int(k) * m.cell_width << "\" y=\"" << m.top + int(r) * m.cell_height << "\" width=\""
-              << m.cell_width << "\" height=\"" << m.cell_height << "\" fill=\""
-              << (m.scale == ColorScale::sequential ? sequential_colour(a) : diverging_colour(a)) << "\"";
+            o << "<rect x=\"" << left + int(k) * m.cell_width << "\" y=\"" << top + int(r) * m.cell_height << "\" width=\""
+              << m.cell_width << "\" height=\"" << m.cell_height << "\" fill=\"" << colour(v) << "\"";
             if (!m.hover) {
                 o << "/>\n";
-                continue;
+            } else {
+                std::string text = m.hover_text ? m.hover_text(r, k) : std::string();
+                if (text.empty()) {
+                    std::ostringstream t;
+                    t << (r < m.rows.size() ? m.rows[r] : std::to_string(r)) << " → " << m.columns[k] << ": " << v;
+                    text = t.str();
+                }
+                o << "><title>" << xml_escape(text) << "</title></rect>\n";
             }
-            std::string text = m.hover_text ? m.hover_text(r, k) : std::string();
-            if (text.empty()) {
-                std::ostringstream t;
-                t << (r < m.rows.size() ? m.rows[r] : std::to_string(r)) << " → " << m.columns[k] << ": " << v;
-                text = t.str();
+            if (m.cell_numbers && std::isfinite(v)) {  // dark cells get white digits
+                const double a = std::min(1.0, std::max(0.0, (v - m.lo) / span));
+                const bool dark = m.scale == ColorScale::sequential ? a > 0.55 : std::abs(2 * a - 1) > 0.6;
+                o << "<text class=\"cell-value\" x=\"" << left + int(k) * m.cell_width + m.cell_width / 2 << "\" y=\""
+                  << top + int(r) * m.cell_height + m.cell_height / 2 + 3 << "\" text-anchor=\"middle\" font-size=\""
+                  << std::clamp(m.cell_height * 2 / 5, 6, font) << "\" fill=\"" << (dark ? "white" : "black")
+                  << "\" pointer-events=\"none\">" << cell_text(v) << "</text>\n";
             }
-            o << "><title>" << xml_escape(text) << "</title></rect>\n";
         }
+    }
+    if (m.colour_bar) {
+        constexpr int kBands = 20;
+        o << "<g class=\"colour-bar\">\n";
+        for (int i = 0; i < kBands; ++i) {
+            const int y0 = top + bar_h * i / kBands, y1 = top + bar_h * (i + 1) / kBands;
+            o << "<rect x=\"" << bar_x << "\" y=\"" << y0 << "\" width=\"" << bar_w << "\" height=\"" << y1 - y0
+              << "\" fill=\"" << colour(m.hi - span * (i + 0.5) / kBands) << "\"/>\n";
+        }
+        o << "<rect x=\"" << bar_x << "\" y=\"" << top << "\" width=\"" << bar_w << "\" height=\"" << bar_h
+          << "\" fill=\"none\" stroke=\"#888\"/>\n";
+        const int tx = bar_x + bar_w + 4;
+        o << "<text x=\"" << tx << "\" y=\"" << top + 9 << "\">" << hi_text << "</text>\n"
+          << "<text x=\"" << tx << "\" y=\"" << top + bar_h / 2 + 4 << "\">" << mid_text << "</text>\n"
+          << "<text x=\"" << tx << "\" y=\"" << top + bar_h << "\">" << lo_text << "</text>\n</g>\n";
     }
     o << "</svg>\n";
     return o.str();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -36,10 +37,15 @@ std::vector<double> first_of(const real* p, std::int64_t n) {
 struct Owner {
     std::string module, layer;
 };
+// The model's own parameters (in no part: "generator.weight") are named as summary names them, by the name
+// before their last '.': "generator".
 std::map<std::string, Owner> parameter_owners(const ModuleWalk& walk) {
     std::map<std::string, Owner> owners;
     for (const ModuleEntry& e : walk.modules)  // parents before their parts: the deepest module comes last
-        for (std::size_t i : e.parameters) owners[walk.parameters[i].name] = {e.name, e.layer_name};
+        for (std::size_t i : e.parameters) {
+            const std::string& name = walk.parameters[i].name;
+            owners[name] = {e.depth > 0 ? e.name : name.substr(0, name.rfind('.')), e.layer_name};
+        }
     return owners;
 }
 
@@ -364,15 +370,79 @@ const char* fill(TapeTensor::Kind k) {
 
 }  // namespace
 
+namespace {
+
+// One box of a collapsed graph: what a layer or module holds, counted and listed.
+struct Group {
+    std::string name;                     // "encoder.layers.0", "decoder.layers.0.self_attn"
+    std::map<std::string, int> op_count;  // "matmul" -> 4
+    std::vector<std::string> parameters;  // their names inside the group ("self_attn.in_proj_weight[0:8]")
+    int activations = 0;
+};
+
+// The box's record label, top to bottom: the name, the ops by kind, the parameters, the activations.
+std::string group_label(const Group& g) {
+    int ops = 0;
+    std::string kinds;
+    int k = 0;
+    for (const auto& [op, n] : g.op_count) {
+        ops += n;
+        kinds += (k == 0 ? "" : k % 4 == 0 ? ",\\n" : ", ") + escape_record(op + (n > 1 ? " ×" + std::to_string(n) : ""));
+        ++k;
+    }
+    std::string params;
+    for (std::size_t i = 0; i < g.parameters.size(); ++i)
+        params += (i == 0 ? "" : i % 3 == 0 ? ",\\n" : ", ") + escape_record(g.parameters[i]);
+    std::string label = "{" + escape_record(g.name) + " | " + std::to_string(ops) + " op" + (ops == 1 ? "" : "s") + ": " + kinds;
+    if (!g.parameters.empty())
+        label += " | " + std::to_string(g.parameters.size()) + " parameter" + (g.parameters.size() == 1 ? "" : "s") + ": " + params;
+    return label + " | " + std::to_string(g.activations) + " activation" + (g.activations == 1 ? "" : "s") + " saved}";
+}
+
+}  // namespace
+
 std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
     if (!collapse.empty() && collapse != "layer" && collapse != "module")
         throw std::invalid_argument("--collapse: '" + collapse + "' is not one of: layer, module");
-    auto cluster_of = [&](const auto& x) { return collapse == "layer" ? x.layer : collapse == "module" ? x.module : ""; };
-    std::map<std::string, std::vector<std::string>> clusters;  // cluster name -> its node statements
-    std::vector<std::string> top, edges;
+    // With --collapse, the ops of a layer (or module) and the tensors they make are merged into that group's
+    // one node, with the group's parameters. An op joins the group the walk gives it only when its parameters
+    // are the group's and, without parameters, when one of its inputs is in the group: the generator's matmul
+    // and the loss after the last layer stay outside it. Constants and the loss keep their own nodes.
+    auto group_of = [&](const auto& x) { return collapse == "layer" ? x.layer : collapse == "module" ? x.module : ""; };
+    std::vector<std::string> tensor_group(g.tensors.size()), op_group(g.ops.size());
+    for (std::size_t t = 0; t < g.tensors.size(); ++t)
+        if (g.tensors[t].kind == TapeTensor::Kind::Parameter) tensor_group[t] = group_of(g.tensors[t]);
+    for (std::size_t r = 0; r < g.ops.size(); ++r) {  // recorded order: an op's inputs are grouped before it
+        const TapeOp& op = g.ops[r];
+        std::string key = group_of(op);
+        bool has_parameter = false, input_inside = false;
+        for (int in : op.inputs) {
+            const bool parameter = g.tensors[in].kind == TapeTensor::Kind::Parameter;
+            has_parameter = has_parameter || parameter;
+            if (parameter && tensor_group[in] != key) key.clear();
+            input_inside = input_inside || (!key.empty() && tensor_group[in] == key);
+        }
+        if (!has_parameter && !input_inside) key.clear();
+        op_group[r] = key;
+        if (g.tensors[op.output].kind != TapeTensor::Kind::Loss) tensor_group[op.output] = key;
+    }
+    std::map<std::string, Group> groups;
+    std::vector<std::string> node_of_tensor(g.tensors.size()), node_of_op(g.ops.size());
+    std::vector<std::string> nodes, edges;
     const bool numbers = every_tensor_one_number(g);  // micrograd's boxes: name | data | grad, top to bottom
     for (std::size_t t = 0; t < g.tensors.size(); ++t) {
         const TapeTensor& n = g.tensors[t];
+        if (const std::string& key = tensor_group[t]; !key.empty()) {
+            Group& group = groups[key];
+            group.name = key;
+            if (n.kind == TapeTensor::Kind::Parameter)
+                group.parameters.push_back(n.name.rfind(key + ".", 0) == 0 ? n.name.substr(key.size() + 1) : n.name);
+            else
+                ++group.activations;
+            node_of_tensor[t] = "g_" + key;
+            continue;
+        }
+        node_of_tensor[t] = "t" + std::to_string(t);
         const std::int64_t numel = n.shape.numel();
         const std::string grad = !g.backward_done ? "grad: not computed"
                                  : !n.has_grad    ? "grad: none (no gradient reached it)"
@@ -382,37 +452,50 @@ std::string tape_dot(const TapeGraph& g, const std::string& collapse) {
                                          : "data: norm " + fmt("%.4g", n.value_norm) + " " + values_str(n.first_values, numel);
         const std::string label = "{" + escape_record(n.name) + (numbers ? "" : " | " + escape_record(n.shape.str())) + " | " +
                                   escape_record(data) + " | " + escape_record(grad) + "}";
-        const std::string stmt = "t" + std::to_string(t) + " [shape=record, style=filled, fillcolor=" + fill(n.kind) +
-                                 ", label=\"" + label + "\"];";
-        // parameters and constants are drawn outside the clusters when collapsing by layer, beside their layer's ops
-        const std::string c = n.kind == TapeTensor::Kind::Constant ? "" : cluster_of(n);
-        (c.empty() ? top : clusters[c]).push_back(stmt);
+        nodes.push_back(node_of_tensor[t] + " [shape=record, style=filled, fillcolor=" + fill(n.kind) + ", label=\"" +
+                        label + "\"];");
     }
     for (std::size_t r = 0; r < g.ops.size(); ++r) {
         const TapeOp& op = g.ops[r];
-        const std::string stmt = "op" + std::to_string(r) + " [shape=ellipse, style=filled, fillcolor=lightgrey, label=\"#" +
-                                 std::to_string(r) + " " + op.op + "\"];";
-        const std::string c = cluster_of(op);
-        (c.empty() ? top : clusters[c]).push_back(stmt);
-        for (int in : op.inputs) edges.push_back("t" + std::to_string(in) + " -> op" + std::to_string(r) + ";");
-        edges.push_back("op" + std::to_string(r) + " -> t" + std::to_string(op.output) + ";");
+        if (const std::string& key = op_group[r]; !key.empty()) {
+            Group& group = groups[key];
+            group.name = key;
+            ++group.op_count[op.op];
+            node_of_op[r] = "g_" + key;
+            continue;
+        }
+        node_of_op[r] = "op" + std::to_string(r);
+        nodes.push_back(node_of_op[r] + " [shape=ellipse, style=filled, fillcolor=lightgrey, label=\"#" + std::to_string(r) +
+                        " " + op.op + "\"];");
     }
+    // A group's node ids are its name in quotes; an edge inside a group disappears, and each edge between
+    // two nodes is drawn once.
+    auto id = [](const std::string& node) { return node.rfind("g_", 0) == 0 ? "\"" + escape_quoted(node) + "\"" : node; };
+    std::set<std::pair<std::string, std::string>> drawn;
+    auto edge = [&](const std::string& from, const std::string& to) {
+        if (from != to && drawn.insert({from, to}).second) edges.push_back(id(from) + " -> " + id(to) + ";");
+    };
+    for (std::size_t r = 0; r < g.ops.size(); ++r) {
+        for (int in : g.ops[r].inputs) edge(node_of_tensor[in], node_of_op[r]);
+        edge(node_of_op[r], node_of_tensor[g.ops[r].output]);
+    }
+    for (const auto& [key, group] : groups)
+        nodes.push_back(id("g_" + key) + " [shape=record, style=\"filled,rounded\", fillcolor=lightyellow, label=\"" +
+                        group_label(group) + "\"];");
     std::ostringstream o;
     o << "digraph tape {\n"
-      << (numbers ? "  rankdir=TB;\n  ranksep=0.25;\n  nodesep=0.3;\n" : "  rankdir=LR;\n")  // a first graph: one slide
+      << "  rankdir=TB;\n"  // top to bottom: a step's ops follow each other down a page
+      << (numbers ? "  ranksep=0.25;\n  nodesep=0.3;\n"  // a first graph: one slide
+                  : "  size=\"11.7,16.5\";\n")  // at most A3 portrait (inches): Graphviz scales a larger drawing down
       << "  fontname=\"Helvetica\";\n"
       << "  node [fontname=\"Helvetica\", fontsize=10];\n"
       << "  label=\"" << escape_quoted(g.title)
       << (numbers ? "\\nblue: variables, orange: intermediate values, green: the result, white: constants\";\n"
                   : ": tensors (blue parameters, orange activations saved on the tape, green loss, white "
-                    "constants) and the ops that made them, in recorded order\";\n");
-    for (const auto& s : top) o << "  " << s << "\n";
-    int k = 0;
-    for (const auto& [name, stmts] : clusters) {
-        o << "  subgraph cluster_" << k++ << " {\n    label=\"" << name << "\";\n    style=rounded;\n";
-        for (const auto& s : stmts) o << "    " << s << "\n";
-        o << "  }\n";
-    }
+                    "constants) and the ops that made them, in recorded order" +
+                        std::string(collapse.empty() ? "" : "; yellow: one " + collapse + " each, its ops and tensors inside") +
+                        "\";\n");
+    for (const auto& n : nodes) o << "  " << n << "\n";
     for (const auto& e : edges) o << "  " << e << "\n";
     o << "}\n";
     return o.str();

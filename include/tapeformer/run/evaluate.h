@@ -1,4 +1,5 @@
-// Using a trained model on text: translate lines, score translations against references (BLEU, chrF)
+// Using a trained model on text: translate lines, score translations against references (BLEU, chrF,
+// exact match)
 // and measure the teacher-forced loss of reference translations.
 #pragma once
 #include <functional>
@@ -10,6 +11,7 @@
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/decode.h"
 #include "tapeformer/metrics/bleu.h"
+#include "tapeformer/metrics/exact_match.h"
 #include "tapeformer/nn/transformer.h"
 
 TF_NAMESPACE_BEGIN
@@ -46,6 +48,7 @@ LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& e
 struct EvalReport {
     BleuScore bleu;
     ChrfScore chrf;
+    ExactMatch exact;                     // hypotheses equal to their reference
     LossReport loss;                      // of the references, teacher-forced
     std::vector<std::string> hypotheses;  // the translations, in input order
     std::int64_t truncated = 0;           // sources cut to the model's positions for translation

@@ -35,9 +35,16 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
 
 std::string attention_json(const AttentionMaps& maps);  // {"tokens": {src, tgt_in, tgt_out}, "encoder_self": ...}
 
-// One heatmap: rows are queries, columns keys, darker = more weight; labels escaped for XML.
+// How each heatmap is drawn.
+struct MapStyle {
+    int cell_px = 28;      // pixels per cell side: a 10-token map is about 400 px wide, readable when projected
+    bool numbers = false;  // each weight printed in its cell (for small maps)
+};
+
+// One heatmap: rows are queries, columns keys, darker = more weight, a colour bar from 0 to 1 beside it;
+// the title, the axis titles (query, key) and the labels inside the picture, escaped for XML.
 std::string attention_svg(const AttentionMatrix& weights, const std::vector<std::string>& queries,
-                          const std::vector<std::string>& keys, const std::string& title);
+                          const std::vector<std::string>& keys, const std::string& title, const MapStyle& style = {});
 
 // Which layers and heads the page and the SVG files show (empty: all).
 struct MapFilter {
@@ -46,9 +53,11 @@ struct MapFilter {
 };
 
 // A page with every selected heatmap, grouped by attention and layer: inline SVG and CSS, nothing fetched.
-std::string attention_html(const AttentionMaps& maps, const MapFilter& filter, const std::string& title);
+std::string attention_html(const AttentionMaps& maps, const MapFilter& filter, const std::string& title,
+                           const MapStyle& style = {});
 
 // (file name, SVG) for every selected heatmap: "E-layer0-head1.svg", "D-...", "A-...".
-std::vector<std::pair<std::string, std::string>> attention_svg_files(const AttentionMaps& maps, const MapFilter& filter);
+std::vector<std::pair<std::string, std::string>> attention_svg_files(const AttentionMaps& maps, const MapFilter& filter,
+                                                                    const MapStyle& style = {});
 
 TF_NAMESPACE_END

@@ -73,6 +73,8 @@ struct ExplainView {
     bool values = true;               // the excerpt of the numbers
     bool checks = false;              // the invariants of each stage
     bool backward = false;            // then the gradient norms in the order backward reaches the stages
+    std::int64_t rows = 6;            // rows of each matrix printed (0: all; the mask picture: at least 12)
+    std::int64_t cols = 8;            // columns of each matrix printed (0: all; the mask picture: at least 12)
 };
 
 // Throws std::invalid_argument naming the flag when view.layer, view.head or a stage id does not exist.

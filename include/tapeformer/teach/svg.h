@@ -28,6 +28,9 @@ struct Heatmap {
     int left = 110, top = 120;                // room for the row and column labels
     int label_every = 1;                      // label every n-th row and column (dense matrices)
     bool hover = true;                        // a <title> per cell: "row → column: value"
+    std::string row_title, column_title;      // what the rows and columns are ("query", "key"; "" = none)
+    bool colour_bar = true;                   // a bar right of the cells: the colours from lo to hi, with values
+    bool cell_numbers = false;                // each value printed in its cell (2 digits, "2e-04"; small maps)
     // Replaces the hover text of a cell ("" = the default).
     std::function<std::string(std::size_t row, std::size_t column)> hover_text;
 };

@@ -3,7 +3,7 @@
 // in the order recorded, then the order backward visits them and, step by step, which gradients each
 // record's backward filled. It also writes the graph as Graphviz DOT, micrograd-style: a node per tensor
 // (name, shape, value norm and first values, gradient or "grad: not computed") and per op, coloured as
-// torchviz colours them, optionally clustered by layer or module.
+// torchviz colours them, top to bottom; or collapsed, one node per layer or module listing what it holds.
 // A graph whose every tensor is one number (a first graph, expression.h's tanh(a*b + c)) is shown as
 // micrograd shows one: each value and gradient written out, the DOT top to bottom.
 #pragma once
@@ -82,7 +82,9 @@ TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_
 // each backward record filled.
 std::string format_tape(const TapeGraph& graph, bool step_backward);
 
-// Graphviz DOT. collapse: "" (flat), "layer" (a cluster per encoder/decoder layer) or "module" (per module).
+// Graphviz DOT, top to bottom, scaled to fit A3 portrait. collapse: "" (every tensor and op a node), "layer"
+// (each encoder/decoder layer one node: its ops by kind, its parameters, how many activations it saved) or
+// "module" (the same per module); constants and what lies outside every layer or module keep their nodes.
 // Throws std::invalid_argument for another collapse value.
 std::string tape_dot(const TapeGraph& graph, const std::string& collapse);
 
