@@ -167,7 +167,7 @@ TEST_CASE("break it: without positions, the encoder is permutation-equivariant",
     CHECK_THROWS_WITH(parse_positional("rotary"), Catch::Contains("sinusoidal, learned, none"));
 }
 
-TEST_CASE("break it: without LayerNorm the norms and their weights are gone; without residuals the count stays",
+TEST_CASE("break it: without LayerNorm the norms and their weights are gone, and without residuals the count stays",
           "[nn][break_it]") {
     const ModelConfig paper = small_config();  // 2 + 2 layers, C 16
     const std::int64_t C = paper.d_model, norms = 2 * paper.enc_layers + 3 * paper.dec_layers;
@@ -231,7 +231,7 @@ TEST_CASE("break it: each sublayer connection computes what its equation says", 
     }
 }
 
-TEST_CASE("break it: the switches are kept in the metadata; files without them load with every part on",
+TEST_CASE("break it: the switches are kept in the metadata, and files without them load with every part on",
           "[nn][settings][break_it]") {
     ModelConfig c = small_config();
     c.causal_mask = c.score_scaling = c.residual = c.layer_norm = false;

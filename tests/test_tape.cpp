@@ -164,6 +164,12 @@ TEST_CASE("tape: records in order, backward in reverse, the gradients shown are 
     CHECK(listing.find("#0    embedding") != std::string::npos);
     CHECK(listing.find("backward visits " + std::to_string(g.ops.size())) != std::string::npos);
     CHECK(listing.find("grad of generator.weight (12, 8)") != std::string::npos);
+    // The tensors a module reports through its probes carry the lessons' names, with their record.
+    for (const char* probe : {"q #", "k #", "v #", "scores #", "weights #", "context #", "ffn_hidden #", "logits #"})
+        CHECK(listing.find(probe) != std::string::npos);
+    for (const auto& op : g.ops)
+        if (op.op == "softmax") CHECK(g.tensors[std::size_t(op.output)].name.rfind("weights #", 0) == 0);
+    CHECK(listing.find("[generator]") != std::string::npos);  // the output projection: the model's own parameter
 }
 
 TEST_CASE("tape: the DOT graph is well-formed, coloured, top to bottom, collapsed to one node per layer or module, and says when no gradient was computed", "[tape][autograd]") {

@@ -158,9 +158,24 @@ ModelConfig tiny_tape_config(std::int64_t vocab) {
 
 namespace {
 
-// forward + label-smoothed loss of one pair, recorded on the (cleared) tape.
+// Listens to the forward's probes and keeps, for each record whose output a module reported, the probe's
+// name: the lessons' names of the tensors ("q", "scores", "weights", "context", "ffn_hidden", ...).
+class ProbeNames : public ForwardObserver {
+public:
+    void probe(const void*, const char*, const char* name, const Tensor& value) override {
+        const std::vector<TapeRecord>& records = tape().records();
+        for (std::size_t r = records.size(); r-- > 0;)  // the latest record that made it
+            if (records[r].out.data() == value.data() && records[r].out.numel() == value.numel()) {
+                of_record[r] = name;
+                return;
+            }
+    }
+    std::map<std::size_t, std::string> of_record;
+};
+
+// forward + label-smoothed loss of one pair, recorded on the (cleared) tape; `names` (may be null) listens.
 Tensor step_loss(Transformer& model, const std::vector<std::int32_t>& src_ids, const std::vector<std::int32_t>& tgt_ids,
-                 const TapeStepOptions& options) {
+                 const TapeStepOptions& options, ForwardObserver* names = nullptr) {
     const ModelConfig& c = model.config;
     if (src_ids.empty() || tgt_ids.empty()) throw std::invalid_argument("tape: the source and the target need a token each");
     std::vector<std::int32_t> src(src_ids), dec_in{c.bos_id}, target(tgt_ids);
@@ -173,6 +188,7 @@ Tensor step_loss(Transformer& model, const std::vector<std::int32_t>& src_ids, c
     Pass pass;
     pass.dropout_rng = &rng;  // training: dropout on, as a training step runs (with attention's steps apart:
                               // a training step runs them as one op, attention_heads, with the same numbers)
+    pass.observer = names;
     Tensor logits = model.forward(src, 1, std::int64_t(src.size()), dec_in, std::int64_t(dec_in.size()), pass);  // (B, T, V)
     return sequence_loss(logits, target, c.pad_id, real(0.1));
 }
@@ -242,11 +258,15 @@ TapeGraph record_training_step(Transformer& model, const std::vector<std::int32_
                                const std::vector<std::int32_t>& tgt_ids, const TapeStepOptions& options) {
     const ParamList params = unique_parameters(model.parameters());
     zero_grads(params);
-    Tensor loss = step_loss(model, src_ids, tgt_ids, options);
+    ProbeNames names;
+    Tensor loss = step_loss(model, src_ids, tgt_ids, options, &names);
     ParamList constants;
     if (model.config.positional == PositionalKind::Sinusoidal) constants.push_back({"positional.table", model.positional.table});
     const ModuleWalk walk(model);
-    return graph_of_tape(loss, params, constants, options.backward, &walk);
+    TapeGraph g = graph_of_tape(loss, params, constants, options.backward, &walk);
+    for (const auto& [record, name] : names.of_record)  // "#27" -> "scores #27"
+        g.tensors[std::size_t(g.ops[record].output)].name = name + " " + g.tensors[std::size_t(g.ops[record].output)].name;
+    return g;
 }
 
 std::string format_tape(const TapeGraph& g, bool step_backward) {
