@@ -87,18 +87,19 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
             return attn->forward(x[0], x[0], src_mask, Pass{});
         }, {in[0].clone().set_requires_grad(false), gate}, opt));
     }
-    {  // additive scoring v·tanh(q + k), causal self-attention: every parameter, v included
-        auto attn = std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Additive);
+    // Causal self-attention of another scoring, against every parameter (jittered) and the input.
+    auto check_self_attention = [&](const char* name, std::shared_ptr<MultiHeadAttention> attn) {
         Rng init(seed);
         attn->init(init);
         ParamList params = named_parameters(*attn);
         jitter(params, ++k);
         std::vector<Tensor> in = {random_tensor({B, T, C}, ++k)};
         for (const Tensor& t : tensors_of(params)) in.push_back(t);
-        out.push_back(gradcheck("attention: additive scores, causal self + padding mask", [attn, tgt_mask](auto& x) {
-            return attn->forward(x[0], x[0], tgt_mask, Pass{});
-        }, in, opt));
-    }
+        out.push_back(gradcheck(name, [attn, tgt_mask](auto& x) { return attn->forward(x[0], x[0], tgt_mask, Pass{}); }, in, opt));
+    };
+    // additive scoring v·tanh(q + k): every parameter, v included
+    check_self_attention("attention: additive scores, causal self + padding mask",
+                         std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Additive));
     // An encoder and a decoder layer built with `c`, each with every parameter as an input.
     auto check_layers = [&](const std::string& tag, const ModelConfig& c) {
         auto enc = std::make_shared<EncoderLayer>(c);
@@ -158,18 +159,9 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
                                 },
                                 tensors_of(params), GradcheckOptions{1e-6, 1e-6, seed, 16}));
     }
-    {  // dot scores without the 1/√D (--no-score-scaling), causal self-attention
-        auto attn = std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Dot, /*scaled=*/false);
-        Rng init(seed);
-        attn->init(init);
-        ParamList params = named_parameters(*attn);
-        jitter(params, ++k);
-        std::vector<Tensor> in = {random_tensor({B, T, C}, ++k)};
-        for (const Tensor& t : tensors_of(params)) in.push_back(t);
-        out.push_back(gradcheck("attention: unscaled dot scores, causal self + padding mask", [attn, tgt_mask](auto& x) {
-            return attn->forward(x[0], x[0], tgt_mask, Pass{});
-        }, in, opt));
-    }
+    // dot scores without the 1/√D (--no-score-scaling)
+    check_self_attention("attention: unscaled dot scores, causal self + padding mask",
+                         std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Dot, /*scaled=*/false));
     {  // the layers with parts switched off (the whole model above has the rest)
         ModelConfig post = tiny_config(NormPosition::Post, Activation::ReLU), pre = tiny_config(NormPosition::Pre, Activation::ReLU);
         post.residual = pre.residual = false;
