@@ -282,6 +282,88 @@ TEST_CASE("heads: paired bootstrap p-values: a real improvement is significant, 
     CHECK_THROWS_WITH(tf::paired_bootstrap_p_value(stats(perfect), {}, 500, 1), Catch::Contains("same"));
 }
 
+TEST_CASE("heads: Holm and Benjamini-Hochberg adjusted p-values equal R's p.adjust, in the input's order",
+          "[heads][ablate]") {
+    // Worked by hand: sorted 0.005 (4th), 0.01 (1st), 0.03 (3rd), 0.04 (2nd), m = 4.
+    // Holm: 4·0.005 = 0.02, max(0.02, 3·0.01) = 0.03, max(0.03, 2·0.03) = 0.06, max(0.06, 1·0.04) = 0.06.
+    // BH: 4·0.005/1 = 0.02, 4·0.01/2 = 0.02, 4·0.03/3 = 0.04, 4·0.04/4 = 0.04; running minimum from the top.
+    const std::vector<double> p = {0.01, 0.04, 0.03, 0.005};
+    const auto holm = tf::holm_adjusted(p), bh = tf::benjamini_hochberg_adjusted(p);
+    const std::vector<double> want_holm = {0.03, 0.06, 0.06, 0.02}, want_bh = {0.02, 0.04, 0.04, 0.02};
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        CHECK(holm[i] == Approx(want_holm[i]));
+        CHECK(bh[i] == Approx(want_bh[i]));
+    }
+    // Adjusted values never exceed 1 and never fall below the raw ones.
+    const std::vector<double> big = {0.5, 0.9, 0.2};
+    for (double q : tf::holm_adjusted(big)) CHECK(q <= 1.0);
+    const auto bh_big = tf::benjamini_hochberg_adjusted(big);
+    for (std::size_t i = 0; i < big.size(); ++i) CHECK(bh_big[i] >= big[i]);
+    CHECK(tf::holm_adjusted({}).empty());
+}
+
+TEST_CASE("heads: the paired bootstrap's intervals cover the real difference and shrink to it when it is constant",
+          "[heads][ablate]") {
+    std::vector<std::string> refs, half;
+    for (int i = 0; i < 200; ++i) {
+        const std::string ref = "the dog number " + std::to_string(i) + " sees a small cat near the house .";
+        refs.push_back(ref);
+        half.push_back(i % 2 ? ref : "a cat walks .");
+    }
+    tf::SentenceScores base, sys;
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+        base.bleu.push_back(tf::corpus_bleu({refs[i]}, {refs[i]}));
+        sys.bleu.push_back(tf::corpus_bleu({half[i]}, {refs[i]}));
+        // Every sentence 10 tokens; the system's NLL is 0.5 nats/token higher on each: ΔNLL is 0.5 in every
+        // resample, so its interval is [0.5, 0.5] whatever is drawn.
+        base.nll.push_back({1.0 * 10, 10});
+        sys.nll.push_back({1.5 * 10, 10});
+    }
+    const auto c = tf::paired_bootstrap(base, sys, 400, 0.95, 7);
+    const double real = tf::corpus_bleu(half, refs).score - 100.0;
+    CHECK(c.delta_bleu.low <= real);
+    CHECK(c.delta_bleu.high >= real);
+    CHECK(c.delta_bleu.high < 0);  // half the sentences wrong: every resample loses BLEU
+    CHECK(c.delta_nll.low == Approx(0.5));
+    CHECK(c.delta_nll.high == Approx(0.5));
+    CHECK(c.p_value == tf::paired_bootstrap_p_value(base.bleu, sys.bleu, 400, 7));  // the same resamples
+    // A wider confidence gives a wider interval.
+    const auto wide = tf::paired_bootstrap(base, sys, 400, 0.99, 7);
+    CHECK(wide.delta_bleu.low <= c.delta_bleu.low);
+    CHECK(wide.delta_bleu.high >= c.delta_bleu.high);
+    CHECK_THROWS_WITH(tf::paired_bootstrap(base, sys, 400, 1.0, 7), Catch::Contains("confidence"));
+    sys.nll.pop_back();
+    CHECK_THROWS_WITH(tf::paired_bootstrap(base, sys, 400, 0.95, 7), Catch::Contains("same"));
+}
+
+TEST_CASE("heads: per-sentence NLL sums to the teacher-forced loss's NLL, whatever the batching",
+          "[heads][ablate]") {
+    tf::Transformer model(tf_test::tiny_model_config(13, 16, 2, 32, 1, 1, 16), 3);
+    std::vector<tf::Example> examples;
+    for (int i = 0; i < 9; ++i) {
+        tf::Example e;
+        for (int t = 0; t < 1 + i % 5; ++t) e.src.push_back(3 + (i + t) % 10);
+        for (int t = 0; t < 2 + i % 4; ++t) e.tgt.push_back(3 + (2 * i + t) % 10);
+        examples.push_back(e);
+    }
+    const tf::LossReport mean = tf::teacher_forced_loss(model, examples, 4096, 0.0);
+    for (std::int64_t batch_tokens : {4096, 12, 1}) {
+        INFO("batch tokens " << batch_tokens);
+        const auto each = tf::per_example_nll(model, examples, batch_tokens);
+        REQUIRE(each.size() == examples.size());
+        double sum = 0;
+        std::int64_t tokens = 0;
+        for (std::size_t i = 0; i < each.size(); ++i) {
+            CHECK(each[i].tokens == std::int64_t(examples[i].tgt.size() + 1));  // the tokens and EOS
+            CHECK(each[i].nll_sum > 0);
+            sum += each[i].nll_sum;
+            tokens += each[i].tokens;
+        }
+        CHECK(tokens == mean.tokens);
+        CHECK(sum / double(tokens) == Approx(mean.nll).epsilon(1e-5));
+    }
+}
+
 TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta and p, bad input named",
           "[heads][ablate][cli]") {
     TempDir tmp;
@@ -300,12 +382,32 @@ TEST_CASE("heads ablate: one row per head and per all-but-one, with BLEU, delta 
     REQUIRE(j.at("all_but_one").size() == 6);
     CHECK(j.at("single")[0].at("masked") == nlohmann::json::array({"E:0:0"}));
     CHECK(j.at("all_but_one")[0].at("masked") == nlohmann::json::array({"E:0:1"}));
-    for (const auto& row : j.at("single")) {
-        CHECK(row.at("p_value").get<double>() > 0);
-        CHECK(row.at("p_value").get<double>() <= 1);
-        CHECK(row.at("delta").get<double>() == Approx(row.at("bleu").get<double>() - j.at("base_bleu").get<double>()));
-    }
-    CHECK_THAT(read_all(tmp / "table"), Catch::Contains("of 6 significant"));
+    CHECK(j.at("samples") == 50);
+    CHECK(j.at("seed") == 12345);
+    CHECK(j.at("family_size") == 12);
+    CHECK(j.at("sentences") == 40);
+    CHECK(j.at("nll_sentences").get<int>() > 0);
+    CHECK(j.at("base_nll").get<double>() > 0);
+    for (const char* table : {"single", "all_but_one"})
+        for (const auto& row : j.at(table)) {
+            const double p = row.at("p_value"), holm = row.at("p_holm"), bh = row.at("p_bh");
+            CHECK(p > 0);
+            CHECK(p <= 1);
+            CHECK(holm >= p);  // corrections only raise p
+            CHECK(holm <= 1);
+            CHECK(bh >= p);
+            CHECK(bh <= holm);  // Holm is the stricter of the two
+            CHECK(row.at("significant_holm").get<bool>() == (holm < 0.05));
+            CHECK(row.at("delta").get<double>() == Approx(row.at("bleu").get<double>() - j.at("base_bleu").get<double>()));
+            CHECK(row.at("delta_nll").get<double>() ==
+                  Approx(row.at("nll").get<double>() - j.at("base_nll").get<double>()));
+            CHECK(row.at("delta_ci")[0].get<double>() <= row.at("delta_ci")[1].get<double>());
+            CHECK(row.at("delta_nll_ci")[0].get<double>() <= row.at("delta_nll_ci")[1].get<double>());
+        }
+    const std::string table = read_all(tmp / "table");
+    CHECK_THAT(table, Catch::Contains("of 6 uncorrected"));
+    CHECK_THAT(table, Catch::Contains("after Holm"));
+    CHECK_THAT(table, Catch::Contains("seed 12345"));
     const std::string missing = cli + "heads ablate --model " + shell_quote(model) + " --src " + shell_quote(tmp / "s") +
                                 " 2>" + shell_quote(err);
     CHECK(std::system(missing.c_str()) != 0);

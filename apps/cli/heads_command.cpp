@@ -47,13 +47,15 @@ void add_ablate_command(CLI::App* heads) {
         "ablate",
         "Translation quality with heads masked (Michel et al. 2019): BLEU with each single head masked, and with\n"
         "all heads of a layer but one masked, each tested against the unmasked model by paired bootstrap\n"
-        "resampling (sacreBLEU's --paired-bs), with the count of significant changes.\n"
+        "resampling (sacreBLEU's --paired-bs), with the count of significant changes uncorrected and after the\n"
+        "Holm and Benjamini-Hochberg corrections over all the tests made; each ΔBLEU and ΔNLL (the references'\n"
+        "teacher-forced NLL per token) with its percentile bootstrap interval at 1 − alpha.\n"
         "Example: tapeformer heads ablate --model runs/toy --src data/toy/valid.src --ref data/toy/valid.tgt");
     cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train`")->required();
     cmd->add_option("--src", opt->src, "Source sentences, one per line")->required();
     cmd->add_option("--ref", opt->ref, "Reference translations, aligned by line")->required();
     cmd->add_option("--samples", opt->samples, "Bootstrap resamples")->check(CLI::Range(1, 100000))->capture_default_str();
-    cmd->add_option("--alpha", opt->alpha, "Significance level")->check(CLI::Range(1e-6, 0.5))->capture_default_str();
+    cmd->add_option("--alpha", opt->alpha, "Significance level (the intervals are at confidence 1 − alpha)")->check(CLI::Range(1e-6, 0.5))->capture_default_str();
     cmd->add_option("--seed", opt->seed, "Seed of the resampling")->capture_default_str();
     cmd->add_option("--json", opt->json, "Also write the results to this JSON file");
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);

@@ -99,6 +99,38 @@ LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& e
     return total;
 }
 
+std::vector<ExampleNll> per_example_nll(Transformer& model, const std::vector<Example>& examples,
+                                        std::int64_t batch_tokens) {
+    NoGradGuard no_grad;
+    BatcherOptions options;
+    options.batch_tokens = batch_tokens;
+    options.shuffle = false;
+    options.oversize_alone = true;
+    Batcher batcher(examples, options);
+    std::vector<ExampleNll> out(examples.size());
+    for (const auto& indices : batcher.epoch_plan(0)) {
+        const Batch b = batcher.batch(indices);
+        Pass pass;
+        pass.fuse_attention = true;
+        const Tensor logits = model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
+        const std::int64_t V = logits.shape().last();
+        const real* z = logits.data();
+        for (std::int64_t r = 0; r < std::int64_t(b.B) * b.T; ++r) {
+            const std::int32_t target = b.target[std::size_t(r)];
+            if (target == model.config.pad_id) continue;
+            // −log softmax(z)_target = log Σ_v exp(z_v − max) + max − z_target, in double
+            const real* row = z + r * V;
+            const double top = *std::max_element(row, row + V);
+            double sum = 0;
+            for (std::int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - top);
+            ExampleNll& e = out[std::size_t(b.index[std::size_t(r / b.T)])];
+            e.nll_sum += std::log(sum) + top - double(row[target]);
+            e.tokens += 1;
+        }
+    }
+    return out;
+}
+
 EvalReport evaluate(Transformer& model, const TokenizerPair& tokenizers, const std::vector<std::string>& src_lines,
                     const std::vector<std::string>& ref_lines, const DecodeOptions& options, double label_smoothing,
                     std::int64_t batch_tokens, const ProgressFn& progress) {

@@ -45,6 +45,18 @@ std::vector<std::optional<std::string>> translate_lines_until(Transformer& model
 LossReport teacher_forced_loss(Transformer& model, const std::vector<Example>& examples, std::int64_t batch_tokens,
                                double label_smoothing, const ProgressFn& progress = nullptr);
 
+// One example's summed −log p(reference token) over its non-pad target positions (EOS included; no label
+// smoothing, dropout off) and how many positions that is.
+struct ExampleNll {
+    double nll_sum = 0;
+    std::int64_t tokens = 0;
+};
+
+// Each example's NLL, in the order of `examples`: what a paired bootstrap over sentences resamples (the
+// mean NLL of a resample is Σ nll_sum / Σ tokens over the sentences drawn). Batched as teacher_forced_loss.
+std::vector<ExampleNll> per_example_nll(Transformer& model, const std::vector<Example>& examples,
+                                        std::int64_t batch_tokens);
+
 struct EvalReport {
     BleuScore bleu;
     ChrfScore chrf;
