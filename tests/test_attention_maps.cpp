@@ -66,7 +66,12 @@ TEST_CASE("attention maps: shapes follow the tokens, rows sum to 1, the decoder 
     CHECK(m.cross[0][1][0].size() == S);
     for (std::size_t q = 0; q < T; ++q)
         for (std::size_t k = q + 1; k < T; ++k) CHECK(m.decoder_self[0][1][q][k] == 0.0);
-    const auto j = nlohmann::json::parse(tf::attention_json(m));
+    tf::StudyProvenance made_from;
+    made_from.model = "runs/x";
+    made_from.masked_heads = {"E:0:1"};
+    const auto j = nlohmann::json::parse(tf::attention_json(m, made_from));
+    CHECK(j.at("made_from").at("model") == "runs/x");
+    CHECK(j.at("made_from").at("masked_heads") == nlohmann::json::array({"E:0:1"}));
     CHECK(j.at("tokens").at("src").size() == S);
     CHECK(j.at("encoder_self")[1][0][2][3].get<double>() == m.encoder_self[1][0][2][3]);
 }

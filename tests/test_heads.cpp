@@ -3,12 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <algorithm>
 #include <string>
 
+#include "tapeformer/io.h"
 #include "tapeformer/model_settings.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/run/evaluate.h"
@@ -88,6 +90,7 @@ TEST_CASE("heads: importance is normalised per layer, batch importance is <W_o^h
             const tf::HeadStats& s = find(r, tf::HeadId{kind, layer, h}.str());
             INFO(s.id.str());
             CHECK(s.importance_raw == Approx(std::fabs(frobenius)).epsilon(1e-4));
+            CHECK(s.importance_signed_raw == Approx(frobenius).epsilon(1e-4));  // its sign too
             CHECK(s.grad_bk < 1e-4 * s.grad_bq);  // float32 rounding only
             CHECK(s.grad_wo > 0);
         }
@@ -113,6 +116,9 @@ TEST_CASE("heads: token importance is at least sentence importance, which is at 
         const double n_q = double(r[0].heads[i].id.kind == tf::HeadKind::E ? r[0].src_tokens : r[0].tgt_tokens);
         CHECK(r[0].heads[i].importance_raw * n_q >= r[1].heads[i].importance_raw * 10 * (1 - 1e-9));
         CHECK(r[1].heads[i].importance_raw * 10 >= r[2].heads[i].importance_raw * (1 - 1e-9));
+        // The signed sum has no absolute value to move: the same Σ ∂L/∂ξ at every granularity, over its N.
+        CHECK(r[0].heads[i].importance_signed_raw * n_q == Approx(r[2].heads[i].importance_signed_raw).epsilon(1e-6));
+        CHECK(r[1].heads[i].importance_signed_raw * 10 == Approx(r[2].heads[i].importance_signed_raw).epsilon(1e-6));
     }
 }
 
@@ -176,6 +182,22 @@ TEST_CASE("heads: the command writes heads.json and heads.csv for every head, ba
     REQUIRE(j.at("heads").size() == 6);  // E, D, A × 1 layer × 2 heads
     CHECK(j.at("heads")[5].at("head") == "A:0:1");
     CHECK(split_lines(read_all(out + "/heads.csv")).size() == 7);
+    // What the file was made from: the model's file and checksum, the data, the masked head.
+    const auto& made = j.at("made_from");
+    CHECK(made.at("model") == model);
+    CHECK(made.at("weights") == model + "/model.safetensors");
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", tf::crc32c(read_all(model + "/model.safetensors")));
+    CHECK(made.at("weights_checksum") == std::string("crc32c:") + hex);
+    CHECK(made.at("data") == nlohmann::json::array({toy + "test.src", toy + "test.tgt"}));
+    CHECK(made.at("pairs_read") == 1000);
+    CHECK(made.at("pairs_used") == 1000);
+    CHECK(made.at("masked_heads") == nlohmann::json::array({"A:0:1"}));
+    for (const auto& h : j.at("heads")) {
+        CHECK(h.at("masked").get<bool>() == (h.at("head") == "A:0:1"));
+        // |mean| <= mean of |.|: the signed importance never exceeds the absolute one in size.
+        CHECK(std::fabs(h.at("importance_signed_raw").get<double>()) <= h.at("importance_raw").get<double>() + 1e-12);
+    }
     CHECK_THAT(read_all(tmp / "table"), Catch::Contains("A = encoder-decoder (cross) attention"));
 
     for (const std::string& bad : {std::string(" --mask-heads A:3:0"), std::string(" --granularity word")}) {

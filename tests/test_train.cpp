@@ -1612,6 +1612,8 @@ TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume)
             const double a = j.at("heads")[2 * layer].at("importance"), b = j.at("heads")[2 * layer + 1].at("importance");
             CHECK(a * a + b * b == Approx(1.0));
         }
+        for (const auto& h : j.at("heads"))  // the signed inner product beside its absolute value
+            CHECK(std::fabs(h.at("importance_signed_raw").get<double>()) == Approx(h.at("importance_raw").get<double>()));
         CHECK(j.at("heads")[0].at("entropy").get<double>() > 0);
     }
     // --keep 1 rotates the every-2 checkpoints; steps 3, 6 and 9 stay for good.

@@ -65,8 +65,12 @@ void add_attention_command(CLI::App& app) {
         const bool has_tgt = cmd->count("--tgt") > 0;
         const AttentionMaps maps = attention_maps(*bundle.model, bundle.tokenizers, opt->src, has_tgt ? &opt->tgt : nullptr, opt->decode);
         const MapFilter filter{opt->layers, opt->heads};
+        StudyProvenance made_from = study_provenance(bundle, opt->model_dir);
+        made_from.data = {opt->src};
+        if (has_tgt) made_from.data.push_back(opt->tgt);
+        made_from.pairs_read = made_from.pairs_used = 1;
         if (!opt->json.empty()) {
-            write_file_atomic(opt->json, attention_json(maps));
+            write_file_atomic(opt->json, attention_json(maps, made_from));
             std::cerr << "wrote " << opt->json << "\n";
         }
         if (!opt->html.empty()) {
@@ -80,7 +84,7 @@ void add_attention_command(CLI::App& app) {
                 write_file_atomic((std::filesystem::path(opt->svg_dir) / name).string(), svg);
             std::cerr << "wrote " << files.size() << " SVG heatmaps to " << opt->svg_dir << "\n";
         }
-        if (opt->json.empty() && opt->html.empty() && opt->svg_dir.empty()) std::cout << attention_json(maps);
+        if (opt->json.empty() && opt->html.empty() && opt->svg_dir.empty()) std::cout << attention_json(maps, made_from);
         else if (maps.decoded) {
             std::string t;
             for (std::size_t i = 1; i < maps.tgt_in.size(); ++i) t += (i > 1 ? " " : "") + maps.tgt_in[i];

@@ -370,8 +370,12 @@ void add_heads_command(CLI::App& app) {
         opt->study.smoothed = opt->loss == "smoothed";
         opt->study.normalise = !opt->raw;
         const HeadReport report = study_heads(model, corpus.examples, opt->study);
+        StudyProvenance made_from = study_provenance(bundle, opt->model_dir);
+        made_from.data = {opt->src, opt->tgt};
+        made_from.pairs_read = corpus.stats.pairs_read;
+        made_from.pairs_used = std::int64_t(corpus.examples.size());
         std::filesystem::create_directories(opt->out_dir);
-        write_file_atomic((std::filesystem::path(opt->out_dir) / "heads.json").string(), heads_json(report));
+        write_file_atomic((std::filesystem::path(opt->out_dir) / "heads.json").string(), heads_json(report, made_from));
         write_file_atomic((std::filesystem::path(opt->out_dir) / "heads.csv").string(), heads_csv(report));
         std::cout << report.pairs << " pairs, " << report.src_tokens << " source and " << report.tgt_tokens
                   << " target tokens, " << report.batches << " batches; loss (" << opt->loss << ", summed) "

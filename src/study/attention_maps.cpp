@@ -12,6 +12,7 @@
 #include "tapeformer/data/text.h"
 #include "tapeformer/study/heads.h"
 #include "tapeformer/teach/svg.h"
+#include "provenance_json.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -84,9 +85,10 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
     return maps;
 }
 
-std::string attention_json(const AttentionMaps& m) {
+std::string attention_json(const AttentionMaps& m, const StudyProvenance& made_from) {
     const nlohmann::json j = {
         {"tokens", {{"src", m.src}, {"tgt_in", m.tgt_in}, {"tgt_out", m.tgt_out}}},
+        {"made_from", provenance_json(made_from)},
         {"target_decoded", m.decoded},
         {"layout", "[layer][head][query][key]; queries: src for encoder_self, tgt_in for decoder_self and cross"},
         {"encoder_self", m.encoder_self},

@@ -16,16 +16,18 @@
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/random.h"
+#include "provenance_json.h"
 
 
 TF_NAMESPACE_BEGIN
 
-std::string heads_json(const HeadReport& r) {
+std::string heads_json(const HeadReport& r, const StudyProvenance& made_from) {
     nlohmann::json heads = nlohmann::json::array();
     for (const HeadStats& s : r.heads) {
         nlohmann::json h = {
             {"head", s.id.str()}, {"kind", std::string(1, to_char(s.id.kind))}, {"layer", s.id.layer}, {"index", s.id.head},
             {"importance", s.importance}, {"importance_raw", s.importance_raw},
+            {"importance_signed_raw", s.importance_signed_raw}, {"masked", s.masked},
             {"grad_norm", {{"wq", s.grad_wq}, {"wk", s.grad_wk}, {"wv", s.grad_wv}, {"wo", s.grad_wo},
                            {"bq", s.grad_bq}, {"bk", s.grad_bk}, {"bv", s.grad_bv}}},
             {"entropy", s.entropy}, {"entropy_normalised", s.entropy_normalised}, {"confidence", s.confidence},
@@ -46,19 +48,21 @@ std::string heads_json(const HeadReport& r) {
         {"label_smoothing", r.options.smoothed ? r.options.label_smoothing : 0.0},
         {"importance_normalised", r.options.normalise},
         {"dropout", false},
+        {"batch_tokens", r.options.batch_tokens},
+        {"made_from", provenance_json(made_from)},
         {"heads", heads}};
     return out.dump(1) + "\n";
 }
 
 std::string heads_csv(const HeadReport& r) {
     std::ostringstream o;
-    o << "head,kind,layer,index,importance,importance_raw,grad_wq,grad_wk,grad_wv,grad_wo,grad_bq,grad_bk,grad_bv,"
+    o << "head,kind,layer,index,importance,importance_raw,importance_signed_raw,masked,grad_wq,grad_wk,grad_wv,grad_wo,grad_bq,grad_bk,grad_bv,"
          "entropy,entropy_normalised,confidence,eos_share,bos_share,value_norm,mean_distance,argmax_offset,argmax_offset_share\n";
     o.precision(9);
     for (const HeadStats& s : r.heads) {
         const bool self = s.id.kind != HeadKind::A;
         o << s.id.str() << ',' << to_char(s.id.kind) << ',' << s.id.layer << ',' << s.id.head << ',' << s.importance << ','
-          << s.importance_raw << ',' << s.grad_wq << ',' << s.grad_wk << ',' << s.grad_wv << ',' << s.grad_wo << ','
+          << s.importance_raw << ',' << s.importance_signed_raw << ',' << (s.masked ? 1 : 0) << ',' << s.grad_wq << ',' << s.grad_wk << ',' << s.grad_wv << ',' << s.grad_wo << ','
           << s.grad_bq << ',' << s.grad_bk << ',' << s.grad_bv << ',' << s.entropy << ',' << s.entropy_normalised << ','
           << s.confidence << ',' << s.eos_share << ',' << s.bos_share << ',' << s.value_norm << ',';
         if (self) o << s.mean_distance << ',' << s.argmax_offset << ',' << s.argmax_offset_share;

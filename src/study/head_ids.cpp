@@ -94,4 +94,16 @@ void mask_heads(Transformer& model, const std::vector<HeadId>& heads) {
     for (const HeadId& h : heads) attention_of(model, h.kind, h.layer).gate.data()[h.head] = 0;
 }
 
+std::vector<HeadId> masked_heads(Transformer& model) {
+    std::vector<HeadId> out;
+    for (HeadKind kind : kHeadKinds)
+        for (int l = 0; l < layers_of(model.config, kind); ++l) {
+            const MultiHeadAttention& m = attention_of(model, kind, l);
+            if (!m.gate.defined()) continue;  // never gated: every head open
+            for (int h = 0; h < int(m.H); ++h)
+                if (m.gate.data()[h] == 0) out.push_back(HeadId{kind, l, h});
+        }
+    return out;
+}
+
 TF_NAMESPACE_END

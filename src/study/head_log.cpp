@@ -27,13 +27,14 @@ void HeadLogWatcher::after_backward(const WatchedStep& s) {
     nlohmann::json heads = nlohmann::json::array();
     for (const HeadStats& h : measure_training_step(s.model, s.batch, probes_))
         heads.push_back({{"head", h.id.str()}, {"importance", h.importance}, {"importance_raw", h.importance_raw},
-                         {"grad_wq", h.grad_wq}, {"grad_wk", h.grad_wk}, {"grad_wv", h.grad_wv}, {"grad_wo", h.grad_wo},
+                         {"importance_signed_raw", h.importance_signed_raw}, {"grad_wq", h.grad_wq}, {"grad_wk", h.grad_wk}, {"grad_wv", h.grad_wv}, {"grad_wo", h.grad_wo},
                          {"entropy", h.entropy}, {"entropy_normalised", h.entropy_normalised}});
     probes_ = AttentionProbes();  // the step's attention weights are not kept past it
     const nlohmann::json j = {{"step", s.step}, {"epoch", s.epoch}, {"tokens", s.report.tokens},
                               {"loss", s.report.loss},
                               {"measured", "this training step's batch, dropout and label smoothing on; importance = "
-                                           "|<W_o^h, dL/dW_o^h>| of the mean loss, before clipping"},
+                                           "|<W_o^h, dL/dW_o^h>| of the mean loss, before clipping; importance_signed_raw = "
+                                           "<W_o^h, dL/dW_o^h> with its sign"},
                               {"heads", heads}};
     out_ << j.dump() << "\n";
     out_.flush();

@@ -103,6 +103,7 @@ namespace {
 struct HeadSums {
     double importance = 0;       // Σ |gate gradient| at the granularity's level
     double importance_count = 0; // the N it is divided by
+    double importance_signed = 0; // Σ gate gradient over every query token, no absolute value
     double entropy = 0, entropy_normalised = 0, confidence = 0, eos = 0, bos = 0, distance = 0, value_norm = 0;
     std::int64_t queries = 0, normalisable = 0;
     std::map<int, std::int64_t> argmax_offsets;
@@ -138,6 +139,7 @@ void accumulate(Attention& at, const Batch& b, Granularity granularity) {
             for (std::int64_t t = 0; t < q_len; ++t) {
                 const double gt = g ? g[(r * H + h) * Tq + t] : 0.0;
                 sentence_sum += gt;
+                s.importance_signed += gt;
                 if (granularity == Granularity::token) s.importance += std::fabs(gt);
                 const real* a = w + ((r * H + h) * Tq + t) * Tk;  // (Tk): this query's weights
                 const std::int64_t visible = at.kind == HeadKind::D ? t + 1 : k_len;
@@ -214,6 +216,8 @@ void finish(const Attention& at, bool normalise, std::vector<HeadStats>& out) {
         HeadStats st;
         st.id = {at.kind, at.layer, int(h)};
         st.importance_raw = s.importance_count ? s.importance / s.importance_count : 0;
+        st.importance_signed_raw = s.importance_count ? s.importance_signed / s.importance_count : 0;
+        st.masked = m.gate.defined() && m.gate.data()[h] == 0;
         layer_norm += st.importance_raw * st.importance_raw;
         st.grad_wq = norm_of_rows(m.in_proj_weight, h * D, (h + 1) * D);
         st.grad_wk = norm_of_rows(m.in_proj_weight, C + h * D, C + (h + 1) * D);
@@ -264,7 +268,9 @@ std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& ba
             Attention at{kind, l, &m, Tensor(), seen.weights, seen.context, std::vector<HeadSums>(std::size_t(m.H))};
             accumulate(at, batch, Granularity::batch);  // no gate gradient: the statistics only
             for (std::int64_t h = 0; h < m.H; ++h) {
-                at.sums[std::size_t(h)].importance = std::fabs(out_projection_product(m, h));
+                const double product = out_projection_product(m, h);
+                at.sums[std::size_t(h)].importance = std::fabs(product);
+                at.sums[std::size_t(h)].importance_signed = product;
                 at.sums[std::size_t(h)].importance_count = 1;
             }
             finish(at, true, out);

@@ -14,6 +14,7 @@
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/decode.h"
 #include "tapeformer/nn/transformer.h"
+#include "tapeformer/study/provenance.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -33,7 +34,8 @@ struct AttentionMaps {
 AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers, const std::string& src,
                              const std::string* tgt, const DecodeOptions& decode = {});
 
-std::string attention_json(const AttentionMaps& maps);  // {"tokens": {src, tgt_in, tgt_out}, "encoder_self": ...}
+// {"tokens": {src, tgt_in, tgt_out}, "made_from": {...}, "encoder_self": ...}
+std::string attention_json(const AttentionMaps& maps, const StudyProvenance& made_from);
 
 // How each heatmap is drawn.
 struct MapStyle {

@@ -4,10 +4,12 @@
 #include <vector>
 
 #include "tapeformer/study/heads.h"
+#include "tapeformer/study/provenance.h"
 
 TF_NAMESPACE_BEGIN
 
-std::string heads_json(const HeadReport& report);   // one object: settings, totals, "heads": [...]
+// One object: settings, totals, "made_from" (what the study was computed from), "heads": [...].
+std::string heads_json(const HeadReport& report, const StudyProvenance& made_from);
 std::string heads_csv(const HeadReport& report);    // one row per head, a header line first
 std::string heads_tables(const HeadReport& report); // per kind: layers × heads of importance, then entropy
 

@@ -41,4 +41,7 @@ MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer);
 // between positions, which is a valid (if drastic) experiment, not an error.
 void mask_heads(Transformer& model, const std::vector<HeadId>& heads);
 
+// The heads whose gate is 0 now (--mask-heads, or mask_heads above), in E, D, A and layer order.
+std::vector<HeadId> masked_heads(Transformer& model);
+
 TF_NAMESPACE_END

@@ -85,6 +85,12 @@ struct HeadStats {
     HeadId id;
     double importance = 0;      // normalised per (kind, layer) unless the options say raw
     double importance_raw = 0;  // before normalisation
+    // The same sum without the absolute value: Σ ∂L/∂ξ_h over every query token, divided by importance_raw's
+    // N. Its sign says which way opening the head a little further would move the loss (negative: down).
+    // In training logs, the signed ⟨W_o^h, ∂L/∂W_o^h⟩_F.
+    double importance_signed_raw = 0;
+    bool masked = false;        // the head's gate was 0: importance is then |∂L/∂ξ_h| at ξ_h = 0, what
+                                // opening the closed head would change to first order, not what it contributes
     // ‖∂L/∂·‖₂ of the head's own slices: its D rows of W_q, W_k, W_v (and biases) in the fused (3C, C)
     // in-projection, its D columns of the out-projection W_o.
     double grad_wq = 0, grad_wk = 0, grad_wv = 0, grad_wo = 0, grad_bq = 0, grad_bk = 0, grad_bv = 0;
