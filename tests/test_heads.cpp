@@ -122,6 +122,31 @@ TEST_CASE("heads: token importance is at least sentence importance, which is at 
     }
 }
 
+TEST_CASE("heads: token and sentence importance do not depend on --batch-tokens, batch importance does",
+          "[heads]") {
+    tf::Transformer model(tiny_head_model(), 4);
+    const auto data = random_examples(10, 6);
+    tf::HeadStudyOptions opt;
+    opt.normalise = false;
+    auto study = [&](tf::Granularity g, std::int64_t batch_tokens) {
+        opt.granularity = g;
+        opt.batch_tokens = batch_tokens;
+        return tf::study_heads(model, data, opt);
+    };
+    for (auto g : {tf::Granularity::token, tf::Granularity::sentence}) {
+        const auto one = study(g, 100000), many = study(g, 30);
+        REQUIRE(many.batches > 1);
+        for (std::size_t i = 0; i < one.heads.size(); ++i)
+            CHECK(one.heads[i].importance_raw == Approx(many.heads[i].importance_raw).epsilon(1e-5));
+    }
+    const auto one = study(tf::Granularity::batch, 100000), many = study(tf::Granularity::batch, 30);
+    double largest_change = 0;
+    for (std::size_t i = 0; i < one.heads.size(); ++i)
+        largest_change = std::max(largest_change, std::fabs(one.heads[i].importance_raw - many.heads[i].importance_raw) /
+                                                      std::max(one.heads[i].importance_raw, 1e-12));
+    CHECK(largest_change > 1e-3);  // as docs/usage.md says: compare batch results at one --batch-tokens only
+}
+
 TEST_CASE("heads: with zero query/key weights every head attends uniformly, and the statistics say so", "[heads]") {
     tf::Transformer model(tiny_head_model(), 7);
     for (auto& [name, m] : model.attentions())
