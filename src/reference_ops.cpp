@@ -74,11 +74,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     Shape out_shape = a.shape();
     if (!shared_b) out_shape[-2] = M;
     out_shape[-1] = N;
-    Tensor out = Tensor::empty(out_shape);                // (..., M, N)
+    Tensor out = Tensor::empty(out_shape);                  // (..., M, N)
     const std::int64_t lda = a.size(-1), ldb = b.size(-1);  // row strides as stored
-    const std::int64_t a_step = shared_b ? 0 : a.size(-2) * lda, b_step = shared_b ? 0 : b.size(-2) * ldb, c_step = M * N;
-    for (std::int64_t e = 0; e < batch; ++e)  // C_e (M, N) = α · op(A_e) (M, K) · op(B_e) (K, N)
-        reference::gemm(ta, tb, M, N, K, alpha, a.data() + e * a_step, lda, b.data() + e * b_step, ldb, 0, out.data() + e * c_step, N);
+    // where product e starts in a, b and the output
+    const std::int64_t a_step = shared_b ? 0 : M * K, b_step = shared_b ? 0 : K * N, c_step = M * N;
+    for (std::int64_t e = 0; e < batch; ++e) {  // C_e (M, N) = α · op(A_e) (M, K) · op(B_e) (K, N)
+        const real *A = a.data() + e * a_step, *B = b.data() + e * b_step;
+        reference::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, out.data() + e * c_step, N);
+    }
     if (!needs_grad({&a, &b})) return out;
     return record("matmul", out, {a, b}, [=](Tensor& y, std::vector<Tensor>& in) {
         const real* dC = y.grad();  // (..., M, N)
@@ -236,7 +239,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
             sum_x += xi[j];
         }
         lse[i] = double(m) + std::log(sum_exp);
-        const double nll = lse[i] - xi[target[i]];     // −log p_t
+        const double nll = lse[i] - xi[target[i]];         // −log p_t
         const double smooth = lse[i] - sum_x / double(V);  // (1/V) Σ_j −log p_j
         loss_sum += (1.0 - eps) * nll + eps * smooth;
         nll_sum += nll;
@@ -248,8 +251,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
     }
     Tensor out = Tensor::scalar(count ? real(loss_sum / double(count)) : real(0));  // shape ()
     if (!needs_grad({&logits}) || count == 0) return out;
-    return record("cross_entropy", out, {logits}, [target, ignore_index, eps, N, V, count, lse](Tensor& y,
-                                                                                               std::vector<Tensor>& in) {
+    auto backward_of_loss = [target, ignore_index, eps, N, V, count, lse](Tensor& y, std::vector<Tensor>& in) {
         const real g = y.grad()[0] / real(count);  // g/n
         const real* x = in[0].data();
         real* dx = in[0].grad();
@@ -261,7 +263,8 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
                 dx[i * V + j] += g * (p - on_target - eps / real(V));
             }
         }
-    });
+    };
+    return record("cross_entropy", out, {logits}, backward_of_loss);
 }
 
 // ---- the fused kernels, as the compositions they equal ---------------------------------------------------
@@ -269,7 +272,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
 // y = x Wᵀ + b: x (..., in), W (out, in), b (out) or undefined.
 Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Tensor y = reference::matmul(x, weight, false, true);  // (..., in) @ (out, in)ᵀ -> (..., out)
-    return bias.defined() ? add(y, bias) : y;   // + b on every row
+    return bias.defined() ? add(y, bias) : y;              // + b on every row
 }
 
 // x (B, T, W) -> columns [begin, end) as H heads of D = (end − begin)/H: (B, H, T, D).
