@@ -562,8 +562,7 @@ void check_layer_norm(const char* op, const Tensor& x, const Tensor* r, const Te
 // kept for backward, which computes it again from x and r (the record keeps them anyway): one pass more,
 // one (N, C) tensor less per layer norm for as long as the tape lives.
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
-                       real eps, const DropoutDraws* drop) {
-    check_layer_norm(op, x, r, gamma, beta);
+                       real eps, const DropoutDraws* drop) {  // arguments checked by the op (check_layer_norm)
     const std::int64_t C = x.shape().last(), N = x.shape().leading();
     Tensor out = Tensor::empty(x.shape());
     Tensor stats = Tensor::empty(Shape{N, 2});  // per row: mean, 1/σ — with x and r, all that backward needs

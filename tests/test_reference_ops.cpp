@@ -455,7 +455,7 @@ TEST_CASE("reference ops: a model trained in reference mode learns the copy task
     CHECK(exact >= 90);
 }
 
-TEST_CASE("reference ops: tapeformer --reference trains the copy preset and says so", "[reference][cli]") {
+TEST_CASE("reference ops: tapeformer --reference trains the copy preset, checks gradients and says so", "[reference][cli]") {
     TempDir tmp;
     const std::string in = "cd " + tf_test::shell_quote(tmp.str()) + " && ";
     auto run = [&](const std::string& args) {  // `tapeformer <args>` in tmp; the exit status, stderr in tmp/err
@@ -468,6 +468,8 @@ TEST_CASE("reference ops: tapeformer --reference trains the copy preset and says
     INFO(err);
     CHECK(err.find("1 thread; reference ops (src/reference_ops.cpp)") != std::string::npos);
     CHECK(err.find("valid @ step 4") != std::string::npos);
+    REQUIRE(run("--reference gradcheck --filter layer_norm") == 0);  // the float64 reference ops' backwards
+    CHECK(tf_test::read_all(tmp / "out").find("--reference: the reference ops") != std::string::npos);
     REQUIRE(run("--help") == 0);
     CHECK(tf_test::read_all(tmp / "out").find("--reference") != std::string::npos);
     CHECK(run("--reference bench train --precision bf16 --steps 1") == 1);
