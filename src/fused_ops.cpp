@@ -3,6 +3,8 @@
 // sublayer's add and norm, the FFN's relu and dropout, attention over heads read in place, heads cut out of
 // a fused projection). Above each, "composed:" names the composition it equals and the test that holds it
 // to that, where one does; every one is also gradient-checked alone (src/gradcheck_suite/primitive_ops.cpp).
+// In reference mode (reference_ops.h) each checks its arguments, then runs that composition instead
+// (reference_ops.cpp).
 #include "tapeformer/ops.h"
 
 #include <algorithm>
@@ -21,7 +23,8 @@ TF_NAMESPACE_BEGIN
 // y = x Wᵀ + b over N = rows of x. With dy the upstream gradient (N, out):
 //   dx (N, in) += dy · W,   dW (out, in) += dyᵀ · x,   db (out) += Σ_n dy[n, :].
 // composed: add(matmul(x, W, false, true), b), up to the last bits (the bias is added inside the product's
-// kernel, or the product onto rows that start as the bias). No test compares the two.
+// kernel, or the product onto rows that start as the bias): "reference ops: a linear layer and attention over
+// heads equal the fast fused ops" (tests/test_reference_ops.cpp), within float rounding.
 
 Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     require_defined("affine", x, "input");
@@ -70,7 +73,7 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 // ---- slice_heads -----------------------------------------------------------------------------------------
 // out[b, h, t, :] = x[b, t, begin + h·D : begin + (h+1)·D], and backward adds each row of g back there.
 // composed: permute(reshape(slice_last(x, begin, end), (B, T, H, D)), {0, 2, 1, 3}); a copy of the same
-// values either way. No test compares the two.
+// values either way: "reference ops: the copying ops give the fast ones' bits" (tests/test_reference_ops.cpp).
 
 Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::int64_t H) {
     require_defined("slice_heads", x, "input");

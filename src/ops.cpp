@@ -1,7 +1,9 @@
 // The textbook primitives: for each, the forward kernel and, right after it, the backward closure it records.
 // Kernels are plain loops over contiguous memory; OpenMP splits their outer loop across threads. The fused
 // kernels (each equal to a composition of these) are in fused_ops.cpp, the ops only a head study uses in
-// study_ops.cpp; what they share is in ops_kernels.h.
+// study_ops.cpp; what they share is in ops_kernels.h. In reference mode (reference_ops.h), matmul, softmax,
+// layer_norm and cross_entropy check their arguments, then hand the work to their textbook form in
+// reference_ops.cpp; the other ops here are plain loops already, and run as they are, on one thread.
 #include "tapeformer/ops.h"
 
 #include <algorithm>
