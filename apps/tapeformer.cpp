@@ -8,6 +8,7 @@
 #include "tapeformer/blas.h"
 #include "cli/commands.h"
 #include "tapeformer/error.h"
+#include "tapeformer/reference_ops.h"
 
 int main(int argc, char** argv) {
     tf::configure_runtime(argv);  // may restart the program once with OMP_WAIT_POLICY / OPENBLAS_CORETYPE set
@@ -21,7 +22,14 @@ int main(int argc, char** argv) {
     int threads = 0;
     app.add_option("--threads", threads, "Threads for OpenMP and OpenBLAS together (default: all cores)")
         ->check(CLI::Range(1, 1024));
-    app.parse_complete_callback([&]() { tf::apply_threads(threads, "--threads"); });
+    bool reference = false;
+    app.add_flag("--reference", reference,
+                 "Reference mode: every op in its textbook form (src/reference_ops.cpp: products as three loops, no\n"
+                 "BLAS, no fused kernels, std::exp, one thread), to read and to check the fast ops against; slower");
+    app.parse_complete_callback([&]() {
+        tf::apply_threads(threads, "--threads");
+        tf::set_reference_mode(reference);  // after the threads: reference mode runs on one
+    });
 
     tf::add_train_command(app);
     tf::add_gradcheck_command(app);

@@ -3,6 +3,7 @@
 // (blas_backends.h: OpenBLAS, libxsmm, oneDNN). And the product timer of `bench train --profile`.
 #include "tapeformer/blas.h"
 #include "tapeformer/parallel.h"
+#include "tapeformer/reference_ops.h"
 
 #include "blas_backends.h"
 
@@ -205,6 +206,21 @@ const bf16_t* round_operand(const float* X, std::int64_t rows, std::int64_t cols
 
 void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, const std::function<void(std::int64_t)>& job) {
     const TimedProduct timed;
+    if (reference_mode()) {  // every product as three loops, one after another, on this thread (reference_ops.cpp)
+        for (const GemmCall& c : products)
+            for (std::int64_t e = 0; e < c.batch; ++e) {
+                real* C = c.C + e * c.c_step;
+                real beta = c.beta;
+                if (c.bias) {  // C starts as the bias on every row
+                    for (std::int64_t i = 0; i < c.M; ++i) std::memcpy(C + i * c.ldc, c.bias, std::size_t(c.N) * sizeof(real));
+                    beta = 1;
+                }
+                reference::gemm(c.trans_a, c.trans_b, c.M, c.N, c.K, c.alpha, c.A + e * c.a_step, c.lda, c.B + e * c.b_step,
+                                c.ldb, beta, C, c.ldc);
+            }
+        for (std::int64_t i = 0; i < jobs; ++i) job(i);
+        return;
+    }
     // The plans, on the stack: a group is a few products, and attention_heads calls gemm thousands of times a
     // step, where a heap allocation per call would show.
     constexpr std::size_t kMaxProducts = 8;
@@ -274,21 +290,6 @@ void gemm_batched(bool ta, bool tb, std::int64_t batch, std::int64_t M, std::int
                   const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
                   std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step) {
     gemm_group({GemmCall{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, a_step, b_step, c_step}});
-}
-
-void gemm_reference(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
-                    std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc) {
-    for (std::int64_t i = 0; i < M; ++i)
-        for (std::int64_t j = 0; j < N; ++j) {
-            double acc = 0;
-            for (std::int64_t k = 0; k < K; ++k) {
-                real a = ta ? A[k * lda + i] : A[i * lda + k];
-                real b = tb ? B[j * ldb + k] : B[k * ldb + j];
-                acc += double(a) * double(b);
-            }
-            real c = beta == real(0) ? real(0) : beta * C[i * ldc + j];
-            C[i * ldc + j] = c + alpha * real(acc);
-        }
 }
 
 TF_NAMESPACE_END

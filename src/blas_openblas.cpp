@@ -3,6 +3,7 @@
 // includes cblas.h (STYLE.md item 10); blas.cpp splits the products, blas_xsmm.cpp and blas_onednn.cpp hold
 // the other two libraries.
 #include "blas_backends.h"
+#include "tapeformer/reference_ops.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -48,6 +49,7 @@ void gemm_impl(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
 // ---- threads and the runtime ---------------------------------------------------------------------------------
 
 void set_threads(int n) {
+    if (reference_mode()) n = 1;  // the reference ops run in order, on one thread
     if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
     if (n <= 0) n = 1;
     omp_set_num_threads(n);

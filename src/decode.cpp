@@ -20,6 +20,7 @@
 #include "tapeformer/lanes.h"
 #include "tapeformer/parallel.h"
 #include "tapeformer/ops.h"
+#include "tapeformer/reference_ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -54,8 +55,13 @@ RowStats row_stats(const Tensor& logits, const ModelConfig& c) {
             for (std::int32_t v = 0; v < V; ++v)
                 if (generable(v, c) && (arg < 0 || row[v] > row[arg])) arg = v;
         }
-        // Σ exp in 16 fixed float lanes with exp_fast (lanes.h): vectorised, the same on any thread count.
-        const real total = lane_sum(V, [&](std::int64_t v) { return exp_fast(row[v] - mx); });
+        // Σ exp in 16 fixed float lanes with exp_fast (lanes.h): vectorised, the same on any thread count;
+        // in reference mode with std::exp, in order.
+        real total = 0;
+        if (reference_mode())
+            for (std::int64_t v = 0; v < V; ++v) total += std::exp(row[v] - mx);
+        else
+            total = lane_sum(V, [&](std::int64_t v) { return exp_fast(row[v] - mx); });
         out.lse[n] = double(mx) + std::log(double(total));
         out.best[n] = arg;
     }

@@ -3,6 +3,8 @@
 // sublayer's add and norm, the FFN's relu and dropout, attention over heads read in place, heads cut out of
 // a fused projection). Above each, "composed:" names the composition it equals and the test that holds it
 // to that, where one does; every one is also gradient-checked alone (src/gradcheck_suite/primitive_ops.cpp).
+// In reference mode (reference_ops.h) each checks its arguments, then runs that composition instead
+// (reference_ops.cpp).
 #include "tapeformer/ops.h"
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "ops_kernels.h"
+#include "tapeformer/reference_ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -20,7 +23,8 @@ TF_NAMESPACE_BEGIN
 // y = x Wᵀ + b over N = rows of x. With dy the upstream gradient (N, out):
 //   dx (N, in) += dy · W,   dW (out, in) += dyᵀ · x,   db (out) += Σ_n dy[n, :].
 // composed: add(matmul(x, W, false, true), b), up to the last bits (the bias is added inside the product's
-// kernel, or the product onto rows that start as the bias). No test compares the two.
+// kernel, or the product onto rows that start as the bias): "reference ops: a linear layer and attention over
+// heads equal the fast fused ops" (tests/test_reference_ops.cpp), within float rounding.
 
 Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     require_defined("affine", x, "input");
@@ -31,6 +35,7 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         fail("affine", "needs x (..., in) and weight (out, in): got " + shapes);
     const std::int64_t N = x.shape().leading(), in_f = weight.size(1), out_f = weight.size(0);
     if (bias.defined() && bias.shape() != Shape{out_f}) fail("affine", "bias must be (out): got " + shapes);
+    if (reference_mode()) return reference::affine(x, weight, bias);  // matmul, then + b
     Shape out_shape = x.shape();
     out_shape[-1] = out_f;
     Tensor y = Tensor::empty(out_shape);  // (..., out)
@@ -68,7 +73,7 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 // ---- slice_heads -----------------------------------------------------------------------------------------
 // out[b, h, t, :] = x[b, t, begin + h·D : begin + (h+1)·D], and backward adds each row of g back there.
 // composed: permute(reshape(slice_last(x, begin, end), (B, T, H, D)), {0, 2, 1, 3}); a copy of the same
-// values either way. No test compares the two.
+// values either way: "reference ops: the copying ops give the fast ones' bits" (tests/test_reference_ops.cpp).
 
 Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::int64_t H) {
     require_defined("slice_heads", x, "input");
@@ -77,6 +82,7 @@ Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::i
     if (begin < 0 || end > W || begin >= end || H <= 0 || (end - begin) % H != 0)
         fail("slice_heads", "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + x.shape().str() +
                                 " does not split into " + std::to_string(H) + " heads");
+    if (reference_mode()) return reference::slice_heads(x, begin, end, H);  // slice, reshape, permute
     const std::int64_t D = (end - begin) / H, rows = B * H * T;
     Tensor out = Tensor::empty({B, H, T, D});  // (B, H, T, D)
     // Row r = (b, h, t) of the output starts at x[b, t, begin + h·D].
@@ -108,6 +114,8 @@ Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::i
 // tests/test_ops.cpp, for the dropout form).
 
 Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta, real eps) {
+    check_layer_norm("add_layer_norm", x, &residual, gamma, beta);
+    if (reference_mode()) return reference::add_layer_norm(x, residual, gamma, beta, eps);  // add, then layer_norm
     return layer_norm_impl("add_layer_norm", x, &residual, gamma, beta, eps);
 }
 
@@ -115,7 +123,8 @@ Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, R
                               const Tensor& beta, real eps, bool training) {
     check_dropout_probability("add_dropout_layer_norm", p);
     if (!training || p == 0) return add_layer_norm(x, residual, gamma, beta, eps);
-    require_defined("add_dropout_layer_norm", residual, "residual");
+    check_layer_norm("add_dropout_layer_norm", x, &residual, gamma, beta);
+    if (reference_mode()) return reference::add_dropout_layer_norm(x, residual, p, rng, gamma, beta, eps, training);
     const DropoutDraws draws(rng, residual.numel(), p);
     return layer_norm_impl("add_dropout_layer_norm", x, &residual, gamma, beta, eps, &draws);
 }
@@ -129,6 +138,7 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
     require_defined("relu_dropout", a, "input");
     check_dropout_probability("relu_dropout", p);
     if (!training || p == 0) return relu(a);
+    if (reference_mode()) return reference::relu_dropout(a, p, rng, training);  // relu, then dropout
     const DropoutDraws draws(rng, a.numel(), p);
     Tensor out = Tensor::empty(a.shape());
     const real* x = a.data();
@@ -176,6 +186,8 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
         if (bc.out != weights_shape) fail(op, "mask " + mask.shape().str() + " does not broadcast to " + weights_shape.str());
         std::copy(bc.sb, bc.sb + 4, ms);
     }
+    if (reference_mode())  // the composition: slice_heads, matmul, softmax, dropout, matmul, merged heads
+        return reference::attention_heads(xq, q_at, xkv, k_at, v_at, H, D, mask, p, rng, training);
     const bool drop = training && p > 0;
     const DropoutDraws draws = drop ? DropoutDraws(rng, weights_shape.numel(), p) : DropoutDraws();
     const real scale = real(1) / std::sqrt(real(D));

@@ -1,7 +1,9 @@
 // The textbook primitives: for each, the forward kernel and, right after it, the backward closure it records.
 // Kernels are plain loops over contiguous memory; OpenMP splits their outer loop across threads. The fused
 // kernels (each equal to a composition of these) are in fused_ops.cpp, the ops only a head study uses in
-// study_ops.cpp; what they share is in ops_kernels.h.
+// study_ops.cpp; what they share is in ops_kernels.h. In reference mode (reference_ops.h), matmul, softmax,
+// layer_norm and cross_entropy check their arguments, then hand the work to their textbook form in
+// reference_ops.cpp; the other ops here are plain loops already, and run as they are, on one thread.
 #include "tapeformer/ops.h"
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "ops_kernels.h"
+#include "tapeformer/reference_ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -97,6 +100,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     d.N = tb ? b.size(-2) : b.size(-1);
     if (kb != d.K) fail("matmul", "inner sizes differ (" + std::to_string(d.K) + " vs " + std::to_string(kb) + "): " + shapes);
     out_shape[-1] = d.N;
+    if (reference_mode()) return reference::matmul(a, b, ta, tb, alpha);  // three loops (reference_ops.cpp)
 
     Tensor out = Tensor::empty(out_shape);
     const std::int64_t a_step = d.shared_b ? 0 : d.M * d.K, b_step = d.shared_b ? 0 : d.K * d.N, c_step = d.M * d.N;
@@ -460,6 +464,7 @@ Tensor softmax(const Tensor& a, const Tensor& mask) {
         for (int i = 0; i < 4; ++i) { mstride[i] = bc.sb[i]; n[i] = bc.n[i]; }
         mlast = bc.sb[3];
     }
+    if (reference_mode()) return reference::softmax(a, mask);  // std::exp, max-subtraction written out
     Tensor out = Tensor::empty(a.shape());
     const real* x = a.data();
     const real* m = mask.defined() ? mask.data() : nullptr;
@@ -541,22 +546,26 @@ const real* residual_sum_row(std::int64_t n, std::int64_t C, const real* px, con
 
 }  // namespace
 
-// The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (x and r both
-// receive dv), or v = x + dropout(r) with `drop` (r receives dropout's backward of dv). A sum v is not
-// kept for backward, which computes it again from x and r (the record keeps them anyway): one pass more,
-// one (N, C) tensor less per layer norm for as long as the tape lives.
-Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
-                       real eps, const DropoutDraws* drop) {
+void check_layer_norm(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta) {
     require_defined(op, x, "input");
     if (r) require_defined(op, *r, "residual");
     require_defined(op, gamma, "gamma");
     require_defined(op, beta, "beta");
     if (x.rank() == 0) fail(op, "needs at least one axis");
     if (r && r->shape() != x.shape()) fail(op, "input " + x.shape().str() + " and residual " + r->shape().str() + " differ");
-    const std::int64_t C = x.shape().last(), N = x.shape().leading();
+    const std::int64_t C = x.shape().last();
     if (gamma.shape() != Shape{C} || beta.shape() != Shape{C})
         fail(op, "input " + x.shape().str() + " needs gamma and beta of shape (" + std::to_string(C) + "), got " +
                      gamma.shape().str() + " and " + beta.shape().str());
+}
+
+// The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (x and r both
+// receive dv), or v = x + dropout(r) with `drop` (r receives dropout's backward of dv). A sum v is not
+// kept for backward, which computes it again from x and r (the record keeps them anyway): one pass more,
+// one (N, C) tensor less per layer norm for as long as the tape lives.
+Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
+                       real eps, const DropoutDraws* drop) {  // arguments checked by the op (check_layer_norm)
+    const std::int64_t C = x.shape().last(), N = x.shape().leading();
     Tensor out = Tensor::empty(x.shape());
     Tensor stats = Tensor::empty(Shape{N, 2});  // per row: mean, 1/σ — with x and r, all that backward needs
     const real *px = x.data(), *pr = r ? r->data() : nullptr, *w = gamma.data(), *b = beta.data();
@@ -670,6 +679,8 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps) {
+    check_layer_norm("layer_norm", x, nullptr, gamma, beta);
+    if (reference_mode()) return reference::layer_norm(x, gamma, beta, eps);  // term by term
     return layer_norm_impl("layer_norm", x, nullptr, gamma, beta, eps);
 }
 
@@ -793,6 +804,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
                                       std::to_string(V) + ")");
         ++count;
     }
+    if (reference_mode()) return reference::cross_entropy(logits, target, ignore_index, eps, stats);
     Tensor lse = Tensor::empty(Shape{N});  // log Σ_j exp(x_ij): all that backward needs to rebuild p_ij
     const real* x = logits.data();
     real* l = lse.data();

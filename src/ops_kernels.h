@@ -269,6 +269,10 @@ inline void check_dropout_probability(const char* op, real p) {
     if (!(p >= 0 && p < 1)) fail(op, "probability must be in [0, 1), got " + std::to_string(p));
 }
 
+// The argument checks of layer_norm, add_layer_norm and add_dropout_layer_norm (r: the residual or null), made
+// before either form runs (layer_norm_impl, or the reference one in reference mode).
+void check_layer_norm(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta);
+
 // The kernel of layer_norm, add_layer_norm and add_dropout_layer_norm (ops.cpp, beside layer_norm).
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
                        real eps, const DropoutDraws* drop = nullptr);

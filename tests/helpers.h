@@ -145,7 +145,7 @@ inline bool tool_missing(const std::string& tool, const std::string& why) {
 }
 
 // x rounded to bf16 (to nearest, ties to even) and back: what a bf16 product multiplies (the tests of
-// --precision bf16 compare against gemm_reference on operands rounded this way).
+// --precision bf16 compare against reference::gemm on operands rounded this way).
 inline float round_bf16(float x) {
     std::uint32_t u;
     std::memcpy(&u, &x, sizeof u);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tapeformer/blas.h"
+#include "tapeformer/reference_ops.h"
 #include "tapeformer/random.h"
 #include "tapeformer/run/train.h"
 #include "helpers.h"
@@ -98,7 +99,7 @@ TEST_CASE("bf16 gemm matches an fp32 reference on the bf16-rounded operands", "[
         std::transform(A.begin(), A.end(), A_r.begin(), tf_test::round_bf16);
         std::transform(B.begin(), B.end(), B_r.begin(), tf_test::round_bf16);
         // Products of two bf16 values are exact in fp32; the sums are not, so the tolerance scales with K.
-        tf::gemm_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A_r.data(), lda, B_r.data(), ldb, p.beta, C_ref.data(), ldc);
+        tf::reference::gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A_r.data(), lda, B_r.data(), ldb, p.beta, C_ref.data(), ldc);
         double worst = 0;
         for (std::int64_t i = 0; i < p.M; ++i)
             for (std::int64_t j = 0; j < p.N; ++j) {
@@ -111,7 +112,7 @@ TEST_CASE("bf16 gemm matches an fp32 reference on the bf16-rounded operands", "[
             for (std::int64_t j = p.N; j < ldc; ++j) CHECK(C[i * ldc + j] == C0[i * ldc + j]);
         // And it really is bf16: the fp32 product of the unrounded operands differs from it.
         std::vector<float> C_fp32 = C0;
-        tf::gemm_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), lda, B.data(), ldb, p.beta, C_fp32.data(), ldc);
+        tf::reference::gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), lda, B.data(), ldb, p.beta, C_fp32.data(), ldc);
         CHECK(C_fp32 != C);
     }
 }

@@ -1,5 +1,5 @@
 // FrozenMatrices (blas.h) and decode.h's FrozenWeights: products whose weight is held run as one oneDNN
-// matmul over a copy packed once. They must compute the product (against gemm_reference, in fp32 and on the
+// matmul over a copy packed once. They must compute the product (against reference::gemm, in fp32 and on the
 // bf16-rounded operands in bf16), give the same bits on any thread count and on any thread, leave every
 // other product to the usual path, and decode the same translations on 1 and 2 threads.
 #include <catch2/catch.hpp>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tapeformer/blas.h"
+#include "tapeformer/reference_ops.h"
 #include "tapeformer/decode.h"
 #include "tapeformer/random.h"
 #include "helpers.h"
@@ -108,7 +109,7 @@ TEST_CASE("frozen matrices: a held product computes the product, fp32 and bf16, 
                 std::transform(A.begin(), A.end(), A.begin(), tf_test::round_bf16);
                 std::transform(B.begin(), B.end(), B.begin(), tf_test::round_bf16);
             }
-            tf::gemm_reference(false, true, u.M, u.N, u.K, u.alpha, A.data(), o.lda, B.data(), u.K, u.beta, ref.data(), o.ldc);
+            tf::reference::gemm(false, true, u.M, u.N, u.K, u.alpha, A.data(), o.lda, B.data(), u.K, u.beta, ref.data(), o.ldc);
             double worst = 0;
             for (std::int64_t i = 0; i < u.M; ++i)
                 for (std::int64_t j = 0; j < u.N; ++j) {

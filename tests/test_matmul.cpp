@@ -1,4 +1,4 @@
-// matmul and gemm (ops.h, blas.h) against the three-loop gemm_reference: every transpose combination,
+// matmul and gemm (ops.h, blas.h) against the three-loop reference::gemm: every transpose combination,
 // batched and shared operands, odd sizes, and thread counts.
 #include <catch2/catch.hpp>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tapeformer/blas.h"
+#include "tapeformer/reference_ops.h"
 #include "tapeformer/gradcheck.h"
 #include "tapeformer/ops.h"
 
@@ -35,7 +36,7 @@ double relative_error(const std::vector<real>& a, const std::vector<real>& b) {
     return diff / std::max(scale, 1e-30);
 }
 
-// op(a) @ op(b) one matrix at a time with gemm_reference. a: (..., Ra, Ca), b: (..., Rb, Cb) with the same
+// op(a) @ op(b) one matrix at a time with reference::gemm. a: (..., Ra, Ca), b: (..., Rb, Cb) with the same
 // leading axes, or b 2-D and shared by all of a's matrices.
 std::vector<real> reference_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     const std::int64_t Ra = a.size(-2), Ca = a.size(-1), Rb = b.size(-2), Cb = b.size(-1);
@@ -44,7 +45,7 @@ std::vector<real> reference_matmul(const Tensor& a, const Tensor& b, bool ta, bo
     const bool shared = b.rank() == 2 && a.rank() > 2;
     std::vector<real> c(std::size_t(batch * M * N), real(0));
     for (std::int64_t i = 0; i < batch; ++i)
-        tf::gemm_reference(ta, tb, M, N, K, 1, a.data() + i * Ra * Ca, Ca, b.data() + (shared ? 0 : i * Rb * Cb), Cb, 0,
+        tf::reference::gemm(ta, tb, M, N, K, 1, a.data() + i * Ra * Ca, Ca, b.data() + (shared ? 0 : i * Rb * Cb), Cb, 0,
                            c.data() + i * M * N, N);
     return c;
 }
@@ -68,22 +69,22 @@ void check_matmul(const Shape& a_logical, const Shape& b_logical, bool ta, bool 
 
 }  // namespace
 
-TEST_CASE("gemm_reference computes a 2x2 product by hand", "[matmul]") {
+TEST_CASE("reference::gemm computes a 2x2 product by hand", "[matmul]") {
     // [1 2; 3 4] [5 6; 7 8] = [19 22; 43 50]
     const std::vector<real> A = {1, 2, 3, 4}, B = {5, 6, 7, 8};
     std::vector<real> C(4, real(1));
-    tf::gemm_reference(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
+    tf::reference::gemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
     CHECK(C == std::vector<real>{19, 22, 43, 50});
     // Aᵀ B = [1 3; 2 4] [5 6; 7 8] = [26 30; 38 44];  with alpha 2 and beta 1 onto C = 1
     std::fill(C.begin(), C.end(), real(1));
-    tf::gemm_reference(true, false, 2, 2, 2, 2, A.data(), 2, B.data(), 2, 1, C.data(), 2);
+    tf::reference::gemm(true, false, 2, 2, 2, 2, A.data(), 2, B.data(), 2, 1, C.data(), 2);
     CHECK(C == std::vector<real>{53, 61, 77, 89});
     // A Bᵀ = [1 2; 3 4] [5 7; 6 8] = [17 23; 39 53]
-    tf::gemm_reference(false, true, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
+    tf::reference::gemm(false, true, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
     CHECK(C == std::vector<real>{17, 23, 39, 53});
 }
 
-TEST_CASE("gemm matches gemm_reference with alpha, beta and padded strides", "[matmul]") {
+TEST_CASE("gemm matches reference::gemm with alpha, beta and padded strides", "[matmul]") {
     // Small products (libxsmm's kernels where the CPU has them: α = 1 and β ∈ {0, 1} in the kernel, other α and
     // β applied after, a transposed B copied) and a larger one, tiled; every transpose and (α, β) path.
     struct Size {
@@ -105,7 +106,7 @@ TEST_CASE("gemm matches gemm_reference with alpha, beta and padded strides", "[m
                     Tensor A = random({a_rows, lda}, 11 + ta), B = random({b_rows, ldb}, 21 + tb), C0 = random({M, ldc}, 31);
                     std::vector<real> c = C0.to_vector(), c_ref = C0.to_vector();
                     tf::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c.data(), ldc);
-                    tf::gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c_ref.data(), ldc);
+                    tf::reference::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c_ref.data(), ldc);
                     CHECK(relative_error(c, c_ref) <= 1e-5);
                     for (std::int64_t i = 0; i < M; ++i)  // the padding columns of C are left alone
                         for (std::int64_t j = N; j < ldc; ++j) CHECK(c[i * ldc + j] == C0.data()[i * ldc + j]);
@@ -117,7 +118,7 @@ TEST_CASE("gemm with beta 0 ignores C, and K = 0 gives beta C", "[matmul]") {
     const real nan = std::numeric_limits<real>::quiet_NaN();
     std::vector<real> C(4, nan), C_ref(4, nan);
     tf::gemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2);
-    tf::gemm_reference(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C_ref.data(), 2);
+    tf::reference::gemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C_ref.data(), 2);
     CHECK(C == A);
     CHECK(C_ref == A);
     for (int tb = 0; tb < 2; ++tb) {  // α ≠ 1 is applied after the product: C's NaNs still unread
@@ -127,7 +128,7 @@ TEST_CASE("gemm with beta 0 ignores C, and K = 0 gives beta C", "[matmul]") {
     }
     std::vector<real> E = {1, 2, 3, 4}, E_ref = E;
     tf::gemm(false, false, 2, 2, 0, 1, A.data(), 1, B.data(), 2, 3, E.data(), 2);
-    tf::gemm_reference(false, false, 2, 2, 0, 1, A.data(), 1, B.data(), 2, 3, E_ref.data(), 2);
+    tf::reference::gemm(false, false, 2, 2, 0, 1, A.data(), 1, B.data(), 2, 3, E_ref.data(), 2);
     CHECK(E == std::vector<real>{3, 6, 9, 12});
     CHECK(E_ref == E);
 }
@@ -207,7 +208,7 @@ TEST_CASE("gemm splits a large product into tiles that give the reference result
                 Tensor A = random({a_rows, lda}, 51 + ta), B = random({b_rows, ldb}, 61 + tb), C0 = random({M, ldc}, 71);
                 std::vector<real> c = C0.to_vector(), c_ref = C0.to_vector();
                 tf::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 1, c.data(), ldc);
-                tf::gemm_reference(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 1, c_ref.data(), ldc);
+                tf::reference::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 1, c_ref.data(), ldc);
                 CHECK(relative_error(c, c_ref) <= 1e-5);
                 bool padding_kept = true;
                 for (std::int64_t i = 0; i < M; ++i)
@@ -223,7 +224,7 @@ TEST_CASE("gemm_group: a bias starts every row, beta is not used, products of M 
         Tensor A = random({M, K}, 5), W = random({N, K}, 6), bias = random({N}, 7);
         std::vector<real> c(std::size_t(M * N), std::numeric_limits<real>::quiet_NaN()), ref(std::size_t(M * N));
         for (std::int64_t i = 0; i < M; ++i) std::copy(bias.data(), bias.data() + N, ref.begin() + i * N);
-        tf::gemm_reference(false, true, M, N, K, 2, A.data(), K, W.data(), K, 1, ref.data(), N);
+        tf::reference::gemm(false, true, M, N, K, 2, A.data(), K, W.data(), K, 1, ref.data(), N);
         // β = 7 would read C's NaNs: with a bias it is not used.
         tf::gemm_group({tf::GemmCall{false, true, M, N, K, 2, A.data(), K, W.data(), K, 7, c.data(), N, 1, 0, 0, 0, bias.data()},
                         tf::GemmCall{}});

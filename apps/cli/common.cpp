@@ -23,6 +23,7 @@
 #include "tapeformer/io.h"
 #include "tapeformer/model_settings.h"
 #include "tapeformer/number_text.h"
+#include "tapeformer/reference_ops.h"
 #include "tapeformer/run/train.h"
 
 TF_NAMESPACE_BEGIN
@@ -38,13 +39,16 @@ CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision) {
 
 void apply_threads(int n, const std::string& flag) {
     set_threads(n);
-    if (n > num_threads())
+    if (n > num_threads() && !reference_mode())  // (reference mode runs on one thread whatever n)
         throw std::invalid_argument(flag + " " + std::to_string(n) + ": this build's OpenBLAS runs at most " +
                                     std::to_string(num_threads()) + " threads; give " + flag + " " +
                                     std::to_string(num_threads()) + " or fewer");
 }
 
 void apply_precision(const std::string& precision) {
+    if (reference_mode() && parse_precision(precision) == Precision::BF16)
+        throw std::invalid_argument("--precision bf16: reference mode (--reference) multiplies in fp32 with three loops; "
+                                    "give one of the two");
     const std::string note = set_precision(parse_precision(precision));
     if (!note.empty()) std::cerr << "tapeformer: note: " << note << "\n";
 }

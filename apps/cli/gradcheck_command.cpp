@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "tapeformer/gradcheck_cli.h"
 #include "tapeformer/ops.h"
+#include "tapeformer/reference_ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -30,6 +31,7 @@ void add_gradcheck_command(CLI::App& app) {
         ->check(CLI::IsMember(broken_gradient_names()));
     cmd->callback([opt]() {
         opt->color = isatty(STDOUT_FILENO) != 0;
+        opt->reference = reference_mode();  // the global --reference switches the float32 ops; this, the float64 ones
         command_exit_code() = tf::f64::run_gradcheck_cli(*opt) > 0 ? 1 : 0;
     });
 }

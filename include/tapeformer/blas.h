@@ -55,10 +55,8 @@ struct GemmCall {
 void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs = 0,
                 const std::function<void(std::int64_t)>& job = {});
 
-// The same product with three plain loops: the reference the tests compare gemm (and matmul) against.
-void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, real alpha,
-                    const real* A, std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C,
-                    std::int64_t ldc);
+// The same product with three plain loops, which the tests compare gemm (and matmul) against, is
+// reference::gemm (reference_ops.h). In reference mode every product of the three above runs through it.
 
 // ---- precision of the products ---------------------------------------------------------------------------
 // FP32: gemm is sgemm (the default). BF16 (the float build only): every gemm rounds its operands A and B to
@@ -140,7 +138,7 @@ public:
     std::int64_t calls = 0;  // products timed
 };
 
-void set_threads(int n);   // n <= 0: all cores
+void set_threads(int n);   // n <= 0: all cores; 1 whatever n while reference mode is on (reference_ops.h)
 int num_threads();
 const char* blas_info();   // OpenBLAS's configuration string (core, threading)
 const char* blas_core();   // the kernel family OpenBLAS picked for this CPU ("SkylakeX", "Haswell", ...)

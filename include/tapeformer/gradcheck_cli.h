@@ -14,6 +14,7 @@ struct GradcheckCliOptions {
     bool color = false;
     bool list_only = false;
     std::string break_grad;  // non-empty: run under this deliberately wrong backward (ops.h BrokenGradient)
+    bool reference = false;  // check the reference ops (reference_ops.h; the global --reference)
 };
 // Prints the table (or, with `op`, one op element by element) to stdout; returns the number of failed checks,
 // or, with `break_grad`, 0 when the wrong backward was caught (some check failed) and 1 when it was not.

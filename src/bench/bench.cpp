@@ -24,6 +24,7 @@
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/optim.h"
 #include "tapeformer/pool.h"
+#include "tapeformer/reference_ops.h"
 #include "tapeformer/schedule.h"
 #include "tapeformer/teach/summary.h"
 #include "tapeformer/run/train_step.h"
@@ -206,6 +207,7 @@ void describe(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     res.options = o;
     res.threads = num_threads();
     res.precision = precision();  // what runs: fp32 where bf16 was asked for on a CPU without it
+    res.reference = reference_mode();
     res.params = run.model.parameter_count();
     res.fwd_gflop_per_step = fl.total / 1e9;
     res.train_gflop_per_step = 3 * fl.total / 1e9;
@@ -214,9 +216,10 @@ void describe(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     for (const auto& [stack, flops] : fl.by_stack) parts += (parts.empty() ? "" : ", ") + stack + " " + fmt("%.3f", flops / 1e9);
     char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
+                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s%s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
                   "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (%s); train ~3x = %.3f\n",
-                  res.threads, precision_name(precision()), blas_info(), small_products_info().c_str(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
+                  res.threads, precision_name(precision()), blas_info(), small_products_info().c_str(),
+                  res.reference ? "; reference ops (three-loop products, no fused kernels)" : "", (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
                   (long long)enc_layers(o), (long long)dec_layers(o), (long long)o.vocab, (long long)res.params,
                   (long long)o.batch, (long long)o.src_len, (long long)o.tgt_len, fl.total / 1e9, parts.c_str(), 3 * fl.total / 1e9);
     *log << buf << std::flush;
@@ -405,6 +408,9 @@ ForwardFlops forward_flops(Transformer& model, std::int64_t B, std::int64_t S, s
 
 BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
     o.validate();
+    if (reference_mode() && o.precision == Precision::BF16)
+        throw std::invalid_argument("bench train --precision bf16: reference mode multiplies in fp32 with three loops; "
+                                    "give one of the two");
     const std::string note = set_precision(o.precision);  // for the whole benchmark; fp32 again at the end
     struct RestoreFp32 {
         ~RestoreFp32() { set_precision(Precision::FP32); }
@@ -433,6 +439,7 @@ std::string BenchTrainResult::to_json() const {
                         {"impl", "tapeformer"},
                         {"threads", threads},
                         {"precision", precision_name(precision)},
+                        {"reference", reference},
                         {"blas", blas_info()},
                         {"small_products", small_products_info()},
                         {"config", config},

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "tapeformer/ops.h"
+#include "tapeformer/reference_ops.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -85,6 +86,8 @@ std::string format_gradcheck_elements(const GradcheckResult& r) {
 int run_gradcheck_cli(const GradcheckCliOptions& options) {
     const BrokenGradient broken = parse_broken_gradient(options.break_grad.empty() ? "none" : options.break_grad);
     BrokenGradientScope scope(broken);
+    const ReferenceModeScope reference(options.reference);
+    if (options.reference && !options.list_only) std::cout << "--reference: the reference ops (src/reference_ops.cpp)\n\n";
     if (broken != BrokenGradient::None && !options.list_only)
         std::cout << "--break-grad " << to_string(broken) << ": a deliberately wrong backward, " << broken_gradient_description(broken)
                   << ". The checks through it should FAIL.\n\n";

@@ -36,6 +36,7 @@
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/io.h"
 #include "tapeformer/model_settings.h"
+#include "tapeformer/reference_ops.h"
 #include "run/json_integer.h"
 #include "run/metrics_line.h"
 #include "tapeformer/run/train_settings.h"
@@ -488,7 +489,8 @@ void Trainer::build_model() {
          << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
          << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << off << "); " << batcher_->num_batches()
          << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
-         << (precision() == Precision::BF16 ? "; bf16 products" : "") << "; lr " << c_.optim.schedule.describe()
+         << (precision() == Precision::BF16 ? "; bf16 products" : "")
+         << (reference_mode() ? "; reference ops (src/reference_ops.cpp)" : "") << "; lr " << c_.optim.schedule.describe()
          << (average_ ? "; validates a weight average (ema " + fmt("%g", c_.optim.ema) + ")" : std::string()) << "\n";
 }
 
@@ -840,6 +842,8 @@ void Trainer::checkpoint() {
 }
 
 TrainResult Trainer::run() {
+    if (reference_mode() && c_.precision == Precision::BF16)
+        throw std::invalid_argument("precision bf16: reference mode multiplies in fp32 with three loops; run without one of them");
     set_threads(c_.threads);
     SignalScope signals(num_threads());  // from the start: reading data and training a tokenizer can take minutes
     prepare_directory();

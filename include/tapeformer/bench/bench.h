@@ -68,6 +68,7 @@ struct BenchTrainResult {
     BenchTrainOptions options;       // what was run (options.name is copied into the JSON line)
     int threads = 0;
     Precision precision = Precision::FP32;  // of the products, as run
+    bool reference = false;          // reference mode (reference_ops.h) was on
     std::int64_t params = 0;         // distinct parameter values
     double fwd_gflop_per_step = 0, train_gflop_per_step = 0;
     // Training (when steps > 0).
