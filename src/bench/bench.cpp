@@ -96,6 +96,7 @@ RandomBatch make_batch(Rng& rng, std::int64_t B, std::int64_t S, std::int64_t T,
 ModelConfig model_config(const BenchTrainOptions& o) {
     ModelConfig c;
     c.src_vocab = c.tgt_vocab = o.vocab;
+    c.arch = o.decoder_only ? Architecture::DecoderOnly : Architecture::EncoderDecoder;  // decoder-only: src unread
     c.d_model = o.d_model;
     c.heads = o.heads;
     c.ffn = o.ffn;
@@ -383,6 +384,8 @@ void BenchTrainOptions::validate() const {
         throw std::invalid_argument("bench train: --steps, --bench-warmup, --warmup-steps and --profile must not be negative");
     if (!(label_smoothing >= 0 && label_smoothing <= 1))
         throw std::invalid_argument("bench train: --label-smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
+    if (decoder_only && eval_greedy)
+        throw std::invalid_argument("bench train: --eval-greedy times translation, which a decoder-only model does not do");
     model_config(*this).validate();  // layers, heads dividing d_model, dropout range
 }
 
@@ -428,7 +431,7 @@ std::string BenchTrainResult::to_json() const {
         {"enc_layers", enc_layers(o)},    {"dec_layers", dec_layers(o)}, {"vocab", o.vocab},
         {"batch", o.batch},               {"src_len", o.src_len}, {"tgt_len", o.tgt_len},
         {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings},
-        {"composed_attention", o.composed_attention}};
+        {"composed_attention", o.composed_attention}, {"arch", o.decoder_only ? "decoder-only" : "encoder-decoder"}};
     nlohmann::json j = {{"name", o.name},
                         {"impl", "tapeformer"},
                         {"threads", threads},
