@@ -215,10 +215,12 @@ void describe(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     for (const auto& [stack, flops] : fl.by_stack) parts += (parts.empty() ? "" : ", ") + stack + " " + fmt("%.3f", flops / 1e9);
     char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
+                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s\nmodel: d=%lld h=%lld ffn=%lld layers=%s V=%lld params=%lld; "
                   "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (%s); train ~3x = %.3f\n",
                   res.threads, precision_name(precision()), blas_info(), small_products_info().c_str(), (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
-                  (long long)enc_layers(o), (long long)dec_layers(o), (long long)o.vocab, (long long)res.params,
+                  (o.decoder_only ? "decoder-only " + std::to_string(dec_layers(o))
+                                  : std::to_string(enc_layers(o)) + "+" + std::to_string(dec_layers(o))).c_str(),
+                  (long long)o.vocab, (long long)res.params,
                   (long long)o.batch, (long long)o.src_len, (long long)o.tgt_len, fl.total / 1e9, parts.c_str(), 3 * fl.total / 1e9);
     *log << buf << std::flush;
 }
