@@ -31,7 +31,7 @@ tf::ModelConfig lm_config(tf::NormPosition norm = tf::NormPosition::Pre) {
 
 }  // namespace
 
-TEST_CASE("a decoder-only model has no encoder, no cross-attention and one token table", "[decoder-only]") {
+TEST_CASE("a decoder-only model has no encoder, no cross-attention and one token table", "[decoder_only]") {
     tf::Transformer model(lm_config());
     std::vector<std::string> names;
     for (const tf::NamedTensor& p : model.parameters()) names.push_back(p.name);
@@ -60,7 +60,7 @@ TEST_CASE("a decoder-only model has no encoder, no cross-attention and one token
     CHECK(model.parameter_count() == V * C + 2 * (4 * C * C + 4 * C + 2 * C * F + F + C + 4 * C) + 2 * C + V * C);
 }
 
-TEST_CASE("arch is in the model metadata; metadata without it is an encoder-decoder", "[decoder-only]") {
+TEST_CASE("arch is in the model metadata; metadata without it is an encoder-decoder", "[decoder_only]") {
     auto m = tf::to_metadata(lm_config());
     CHECK(m.at("arch") == "decoder-only");
     CHECK(tf::model_config_from_metadata(m).arch == tf::Architecture::DecoderOnly);
@@ -70,7 +70,7 @@ TEST_CASE("arch is in the model metadata; metadata without it is an encoder-deco
     CHECK_THROWS_WITH(tf::model_config_from_metadata(m), Catch::Contains("arch") && Catch::Contains("decoder-only"));
 }
 
-TEST_CASE("decoder-only forward is causal: a logit never depends on a later token", "[decoder-only]") {
+TEST_CASE("decoder-only forward is causal: a logit never depends on a later token", "[decoder_only]") {
     for (tf::NormPosition norm : {tf::NormPosition::Post, tf::NormPosition::Pre}) {
         tf::Transformer model(lm_config(norm), 3);
         tf::NoGradGuard no_grad;
@@ -84,7 +84,7 @@ TEST_CASE("decoder-only forward is causal: a logit never depends on a later toke
     }
 }
 
-TEST_CASE("generate: each cached step's logits equal the full forward's at that position", "[decoder-only]") {
+TEST_CASE("generate: each cached step's logits equal the full forward's at that position", "[decoder_only]") {
     for (tf::NormPosition norm : {tf::NormPosition::Post, tf::NormPosition::Pre}) {
         tf::Transformer model(lm_config(norm), 5);
         model.decoder[1].self_attn.gate.data()[0] = tf::real(0.5);  // the head gates too
@@ -115,7 +115,7 @@ TEST_CASE("generate: each cached step's logits equal the full forward's at that 
     }
 }
 
-TEST_CASE("generate: the same seed gives the same tokens, other seeds other tokens, greedy needs none", "[decoder-only]") {
+TEST_CASE("generate: the same seed gives the same tokens, other seeds other tokens, greedy needs none", "[decoder_only]") {
     tf::Transformer model(lm_config(), 2);
     tf::GenerateOptions o;
     o.max_tokens = 15;
@@ -144,7 +144,7 @@ TEST_CASE("generate: the same seed gives the same tokens, other seeds other toke
     for (std::int32_t t : a.tokens) CHECK((t != 0 && t != 1));  // never pad or BOS
 }
 
-TEST_CASE("choose_token: temperature, top-k and top-p on hand-computed probabilities", "[decoder-only]") {
+TEST_CASE("choose_token: temperature, top-k and top-p on hand-computed probabilities", "[decoder_only]") {
     tf::ModelConfig c = lm_config();
     // ids: pad 0, BOS 1, EOS 2, 3, 4; probabilities of the generable ids: EOS 1/4, id 3 1/2, id 4 1/4
     const tf::real pad_bos_high = 9;  // never chosen however large
@@ -170,7 +170,7 @@ TEST_CASE("choose_token: temperature, top-k and top-p on hand-computed probabili
     CHECK(tf::choose_token(logits.data(), 5, c, o, 0.5) == 2);
 }
 
-TEST_CASE("generate refuses bad options and an encoder-decoder model with a readable line", "[decoder-only]") {
+TEST_CASE("generate refuses bad options and an encoder-decoder model with a readable line", "[decoder_only]") {
     tf::GenerateOptions o;
     o.top_p = 1.5;
     CHECK_THROWS_WITH(o.validate(), Catch::Contains("--top-p") && Catch::Contains("(0, 1]"));
@@ -193,7 +193,7 @@ TEST_CASE("generate refuses bad options and an encoder-decoder model with a read
     CHECK(g.tokens.size() <= 4);
 }
 
-TEST_CASE("train settings: decoder-only needs --train-src and refuses a target file", "[decoder-only]") {
+TEST_CASE("train settings: decoder-only needs --train-src and refuses a target file", "[decoder_only]") {
     tf::TrainConfig c;
     c.out_dir = "/tmp/none";
     c.max_steps = 5;
@@ -229,7 +229,7 @@ void check_one_line_error(const tf_test::Run& r, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("decoder-only end to end: train, generate, and every study command on the model", "[decoder-only][cli]") {
+TEST_CASE("decoder-only end to end: train, generate, and every study command on the model", "[decoder_only][cli]") {
     tf_test::TempDir tmp("lm");
     const std::string train = tf_test::write_file(tmp, "train.txt", tiny_text(1, 300));
     const std::string valid = tf_test::write_file(tmp, "valid.txt", tiny_text(2, 20));

@@ -51,7 +51,7 @@ TEST_CASE("presets: --preset copy copies every test sequence exactly (600 steps,
 }
 
 TEST_CASE("presets: --preset toy-lm, a decoder-only model of data/toy/train.src, writes sentences (600 steps)",
-          "[presets][learns][decoder-only]") {
+          "[presets][learns][decoder_only]") {
     TempDir tmp("presets");
     std::filesystem::create_directory_symlink(std::string(TF_SOURCE_DIR) + "/data", tmp / "data");
     std::string err;
