@@ -60,7 +60,7 @@ TEST_CASE("a decoder-only model has no encoder, no cross-attention and one token
     CHECK(model.parameter_count() == V * C + 2 * (4 * C * C + 4 * C + 2 * C * F + F + C + 4 * C) + 2 * C + V * C);
 }
 
-TEST_CASE("arch is in the model metadata; metadata without it is an encoder-decoder", "[decoder_only]") {
+TEST_CASE("arch is in the model metadata, and metadata without it is an encoder-decoder", "[decoder_only]") {
     auto m = tf::to_metadata(lm_config());
     CHECK(m.at("arch") == "decoder-only");
     CHECK(tf::model_config_from_metadata(m).arch == tf::Architecture::DecoderOnly);
