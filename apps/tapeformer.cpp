@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     tf::add_gradcheck_command(app);
     tf::add_bench_command(app);
     tf::add_translate_command(app);
+    tf::add_generate_command(app);
     tf::add_eval_command(app);
     tf::add_encode_command(app);
     tf::add_data_command(app);

@@ -10,6 +10,11 @@ const std::vector<Setting<ModelConfig>>& model_settings() {
     using C = ModelConfig;
     const std::string g = "Model";
     static const std::vector<Setting<C>> table = {
+        added_later(choice_setting<C>("arch", "arch", g,
+                                      "Architecture: encoder-decoder = the paper's translation model; decoder-only = its decoder\n"
+                                      "alone (causal self-attention, no cross-attention), a language model of one text (GPT)",
+                                      {"encoder-decoder", "decoder-only"}, [](auto& c) -> auto& { return c.arch; },
+                                      parse_architecture, [](Architecture a) { return to_string(a); })),
         integer_setting<C>("", "src_vocab", g, "Source vocabulary size V (from the tokenizer)", 1, C::kMaxVocab,
                            [](auto& c) -> auto& { return c.src_vocab; }),
         integer_setting<C>("", "tgt_vocab", g, "Target vocabulary size V (from the tokenizer)", 1, C::kMaxVocab,

@@ -54,9 +54,10 @@ void add_attention_command(CLI::App& app) {
             throw std::runtime_error("--svg-dir '" + opt->svg_dir + "' is a file; expected a directory");
         ModelBundle bundle = load_model_dir(opt->model_dir);
         const ModelConfig& c = bundle.model->config;
+        const std::int64_t layers = c.decoder_only() ? c.dec_layers : std::max(c.enc_layers, c.dec_layers);
         for (int l : opt->layers)
-            if (l < 0 || l >= int(std::max(c.enc_layers, c.dec_layers)))
-                throw std::runtime_error("--layers: the model has layers 0.." + std::to_string(std::max(c.enc_layers, c.dec_layers) - 1) +
+            if (l < 0 || l >= int(layers))
+                throw std::runtime_error("--layers: the model has layers 0.." + std::to_string(layers - 1) +
                                          ", got " + std::to_string(l));
         for (int h : opt->heads)
             if (h < 0 || h >= int(c.heads))

@@ -40,6 +40,12 @@ void add_bench_command(CLI::App& app) {
     train->add_option("--bench-warmup", o->bench_warmup, "Untimed steps before timing")->capture_default_str();
     train->add_option("--threads", *threads, "Threads for OpenMP and OpenBLAS (same as the global --threads; 0: keep it)");
     train->add_option("--clip", o->clip, "Gradient-norm clipping (<= 0: none)")->capture_default_str();
+    auto arch = std::make_shared<std::string>("encoder-decoder");
+    train->add_option("--arch", *arch,
+                      "encoder-decoder (torch_ref.py) or decoder-only (bench/torch_decoder_only.py: the decoder alone, "
+                      "no cross-attention, on the tgt-len side; --src-len and --enc-layers unused)")
+        ->check(CLI::IsMember({"encoder-decoder", "decoder-only"}))
+        ->capture_default_str();
     train->add_flag("--tie-embeddings", o->tie_embeddings, "Share source, target embeddings and output projection");
     train->add_option("--seed", o->seed, "Seed of the model and the batches")->capture_default_str();
     train->add_flag("--composed-attention", o->composed_attention,
@@ -52,7 +58,8 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str();
     add_precision_option(*train, *precision);
     train->add_flag("--bf16", *bf16, "Same as --precision bf16 (torch_ref.py's flag, so that compare.sh can pass it to both)");
-    train->callback([o, threads, precision, bf16]() {
+    train->callback([o, threads, precision, bf16, arch]() {
+        o->decoder_only = *arch == "decoder-only";
         if (*threads > 0) apply_threads(*threads, "--threads");  // after the global --threads (parse_complete_callback)
         o->precision = *bf16 ? Precision::BF16 : parse_precision(*precision);
         const BenchTrainResult result = bench_train(*o, &std::cout);

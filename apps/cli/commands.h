@@ -12,6 +12,7 @@ TF_NAMESPACE_BEGIN
 
 void add_train_command(CLI::App& app);      // train: a translation model from parallel text
 void add_translate_command(CLI::App& app);  // translate: text in, translations out
+void add_generate_command(CLI::App& app);   // generate: a decoder-only model continues a prompt
 void add_eval_command(CLI::App& app);       // eval: BLEU, chrF and reference loss of a test set
 void add_encode_command(CLI::App& app);     // encode: the tokens a model sees
 void add_data_command(CLI::App& app);       // data toy|copy|reverse: write a corpus

@@ -105,6 +105,9 @@ void add_eval_command(CLI::App& app) {
             throw std::runtime_error("--src '" + opt->src + "' and --ref '" + opt->ref +
                                      "' hold no line pair with both sides non-empty: nothing to score");
         ModelBundle bundle = load_model_dir(opt->model_dir);
+        if (bundle.model->config.decoder_only())
+            throw std::invalid_argument("eval: " + opt->model_dir + " holds a decoder-only model (a language model, no source "
+                                        "side): use tapeformer generate");
         apply_mask_heads(*bundle.model, opt->mask_heads);
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         EvalReport report;

@@ -132,11 +132,17 @@ void add_explain_command(CLI::App& app) {
         check_view(ex, bundle.model->config, opt->view);
         const ModelConfig& c = bundle.model->config;
         std::cout << "explain: " << (model_given ? opt->model_dir : "an untrained model (--init, seed " + std::to_string(opt->seed) + ")")
-                  << ": " << c.enc_layers << "+" << c.dec_layers << " layers, C " << c.d_model << ", H " << c.heads << ", D "
+                  << ": " << (c.decoder_only() ? "decoder-only, " + std::to_string(c.dec_layers)
+                                               : std::to_string(c.enc_layers) + "+" + std::to_string(c.dec_layers))
+                  << " layers, C " << c.d_model << ", H " << c.heads << ", D "
                   << c.d_model / c.heads << ", F " << c.ffn << ", V " << c.tgt_vocab << ", " << to_string(c.norm) << "-norm";
         for (const std::string& off : switched_off_parts(c)) std::cout << ", " << off;
-        std::cout << "\n"
-                  << "B = 1 sentence, S = " << ex.src.size() << " source tokens (with </s>), T = " << ex.dec_in.size()
+        std::cout << "\n";
+        if (c.decoder_only())  // one sequence: no source side
+            std::cout << "B = 1 sentence, T = " << ex.dec_in.size() << " decoder positions (<s> + "
+                      << (opt->tgt.empty() ? "the sentence" : "--tgt") << "); the model predicts each next token\n";
+        else
+            std::cout << "B = 1 sentence, S = " << ex.src.size() << " source tokens (with </s>), T = " << ex.dec_in.size()
                   << " decoder positions (<s> + "
                   << (ex.target_decoded ? "the greedy translation"
                       : copy            ? "the sentence itself: an untrained model's translation is noise; --tgt to change"

@@ -347,8 +347,7 @@ void add_heads_command(CLI::App& app) {
     add_similarity_command(cmd);
     cmd->callback([opt, cmd]() {
         if (!cmd->get_subcommands().empty()) return;  // `heads ablate`, `prune` or `similarity` ran
-        for (const auto& [flag, value] : {std::pair{"--model", &opt->model_dir}, {"--src", &opt->src}, {"--tgt", &opt->tgt},
-                                          {"--out", &opt->out_dir}})
+        for (const auto& [flag, value] : {std::pair{"--model", &opt->model_dir}, {"--src", &opt->src}, {"--out", &opt->out_dir}})
             if (value->empty()) throw std::runtime_error(std::string("heads: ") + flag + " is required (see tapeformer heads --help)");
         if (std::filesystem::exists(opt->out_dir) && !std::filesystem::is_directory(opt->out_dir))
             throw std::runtime_error("--out '" + opt->out_dir + "' is a file; expected a directory (it is created if missing)");
@@ -357,9 +356,17 @@ void add_heads_command(CLI::App& app) {
                 check_output_path((std::filesystem::path(opt->out_dir) / name).string(), "--out", {opt->model_dir, opt->src, opt->tgt});
         ModelBundle bundle = load_model_dir(opt->model_dir);
         Transformer& model = *bundle.model;
+        // A decoder-only model reads one text (--src), BOS + tokens, as in training: its heads are D heads only.
+        const bool lm = model.config.decoder_only();
+        if (opt->tgt.empty() && !lm) throw std::runtime_error("heads: --tgt is required (see tapeformer heads --help)");
+        if (!opt->tgt.empty() && lm)
+            throw std::runtime_error("heads: " + opt->model_dir + " is a decoder-only model, which reads one text: give it as --src, "
+                                     "without --tgt");
         apply_mask_heads(model, opt->mask);
-        const ParallelText text = read_parallel(opt->src, opt->tgt);
-        const EncodedCorpus corpus = encode_parallel(text, bundle.tokenizers, std::int32_t(model.config.max_len - 1));
+        const ParallelText text = read_parallel(opt->src, lm ? opt->src : opt->tgt);
+        EncodedCorpus corpus = encode_parallel(text, bundle.tokenizers, std::int32_t(model.config.max_len - 1));
+        if (lm)
+            for (Example& e : corpus.examples) e.src.clear();
         if (corpus.examples.empty())
             throw std::runtime_error("--src '" + opt->src + "' and --tgt '" + opt->tgt + "': no pair to study (" +
                                      corpus.stats.summary() + ")");

@@ -136,8 +136,10 @@ void add_tape_command(CLI::App& app) {
         so.src = opt->src, so.tgt = opt->tgt, so.seed = opt->seed, so.backward = !opt->forward_only;
         const ModelConfig& c = bundle.model->config;
         std::cout << "tape: one training step of " << (model_given ? opt->model_dir : std::string("a tiny untrained model")) << " ("
-                  << c.enc_layers << "+" << c.dec_layers << " layers, C " << c.d_model << ", H " << c.heads << ", F " << c.ffn
-                  << ", V " << c.tgt_vocab << "), source \"" << std::string(trim(opt->src)) << "\", target \""
+                  << (c.decoder_only() ? "decoder-only, " + std::to_string(c.dec_layers)
+                                       : std::to_string(c.enc_layers) + "+" + std::to_string(c.dec_layers))
+                  << " layers, C " << c.d_model << ", H " << c.heads << ", F " << c.ffn << ", V " << c.tgt_vocab << "), "
+                  << (c.decoder_only() ? "text \"" : "source \"" + std::string(trim(opt->src)) + "\", target \"")
                   << std::string(trim(opt->tgt)) << "\"\n\n";
         const TapeGraph g = record_training_step(*bundle.model, src, tgt, so);
         std::cout << format_tape(g, opt->step_backward);

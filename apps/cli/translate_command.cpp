@@ -241,6 +241,9 @@ void add_translate_command(CLI::App& app) {
         apply_precision(opt->precision);
         // The model first: a wrong --model should fail at once, not after the user has typed the input.
         ModelBundle bundle = load_model_dir(opt->model_dir);
+        if (bundle.model->config.decoder_only())
+            throw std::invalid_argument("translate: " + opt->model_dir + " holds a decoder-only model (a language model, no source "
+                                        "side): use tapeformer generate");
         apply_mask_heads(*bundle.model, opt->mask_heads);
         if (!bundle.note.empty()) std::cerr << "tapeformer: note: " << bundle.note << "\n";
         translate_stream(*opt, bundle);

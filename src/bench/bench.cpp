@@ -97,6 +97,7 @@ RandomBatch make_batch(Rng& rng, std::int64_t B, std::int64_t S, std::int64_t T,
 ModelConfig model_config(const BenchTrainOptions& o) {
     ModelConfig c;
     c.src_vocab = c.tgt_vocab = o.vocab;
+    c.arch = o.decoder_only ? Architecture::DecoderOnly : Architecture::EncoderDecoder;  // decoder-only: src unread
     c.d_model = o.d_model;
     c.heads = o.heads;
     c.ffn = o.ffn;
@@ -216,11 +217,14 @@ void describe(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     for (const auto& [stack, flops] : fl.by_stack) parts += (parts.empty() ? "" : ", ") + stack + " " + fmt("%.3f", flops / 1e9);
     char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s%s\nmodel: d=%lld h=%lld ffn=%lld layers=%lld+%lld V=%lld params=%lld; "
+                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s%s\nmodel: d=%lld h=%lld ffn=%lld layers=%s V=%lld params=%lld; "
                   "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (%s); train ~3x = %.3f\n",
                   res.threads, precision_name(precision()), blas_info(), small_products_info().c_str(),
-                  res.reference ? "; reference ops (three-loop products, no fused kernels)" : "", (long long)o.d_model, (long long)o.heads, (long long)o.ffn,
-                  (long long)enc_layers(o), (long long)dec_layers(o), (long long)o.vocab, (long long)res.params,
+                  res.reference ? "; reference ops (three-loop products, no fused kernels)" : "", (long long)o.d_model,
+                  (long long)o.heads, (long long)o.ffn,
+                  (o.decoder_only ? "decoder-only " + std::to_string(dec_layers(o))
+                                  : std::to_string(enc_layers(o)) + "+" + std::to_string(dec_layers(o))).c_str(),
+                  (long long)o.vocab, (long long)res.params,
                   (long long)o.batch, (long long)o.src_len, (long long)o.tgt_len, fl.total / 1e9, parts.c_str(), 3 * fl.total / 1e9);
     *log << buf << std::flush;
 }
@@ -386,6 +390,8 @@ void BenchTrainOptions::validate() const {
         throw std::invalid_argument("bench train: --steps, --bench-warmup, --warmup-steps and --profile must not be negative");
     if (!(label_smoothing >= 0 && label_smoothing <= 1))
         throw std::invalid_argument("bench train: --label-smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
+    if (decoder_only && eval_greedy)
+        throw std::invalid_argument("bench train: --eval-greedy times translation, which a decoder-only model does not do");
     model_config(*this).validate();  // layers, heads dividing d_model, dropout range
 }
 
@@ -434,7 +440,7 @@ std::string BenchTrainResult::to_json() const {
         {"enc_layers", enc_layers(o)},    {"dec_layers", dec_layers(o)}, {"vocab", o.vocab},
         {"batch", o.batch},               {"src_len", o.src_len}, {"tgt_len", o.tgt_len},
         {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings},
-        {"composed_attention", o.composed_attention}};
+        {"composed_attention", o.composed_attention}, {"arch", o.decoder_only ? "decoder-only" : "encoder-decoder"}};
     nlohmann::json j = {{"name", o.name},
                         {"impl", "tapeformer"},
                         {"threads", threads},

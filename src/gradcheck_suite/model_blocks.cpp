@@ -173,6 +173,33 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
         no_norm.residual = false;
         check_layers(" (no LayerNorm, no residual)", no_norm);
     }
+    {  // the decoder-only model (GPT): its layer has no cross-attention, and the model reads one sequence
+        ModelConfig lm = tiny_config(NormPosition::Pre, Activation::GELU);
+        lm.arch = Architecture::DecoderOnly;
+        lm.src_vocab = lm.tgt_vocab;
+        auto dec = std::make_shared<DecoderLayer>(lm);
+        Rng init(seed + 3);
+        dec->init(init);
+        ParamList pd = named_parameters(*dec);
+        jitter(pd, ++k);
+        std::vector<Tensor> in_d = {random_tensor({B, T, C}, ++k)};
+        for (const Tensor& t : tensors_of(pd)) in_d.push_back(t);
+        out.push_back(gradcheck("decoder-only layer (pre-norm, gelu, no cross-attention)", [dec, tgt_mask](auto& x) {
+            Rng rng(7);
+            return dec->forward(x[0], Tensor(), tgt_mask, Tensor(), Pass{&rng});
+        }, in_d, opt));
+        auto model = std::make_shared<Transformer>(lm, seed + 4);
+        ParamList params = model->parameters();
+        jitter(params, ++k);
+        const std::vector<std::int32_t> target = {4, 5, 2, 6, 2, 0};
+        out.push_back(gradcheck("whole model to the loss (decoder-only)",
+                                [model, tgt, target](auto&) {
+                                    Rng rng(9);
+                                    Tensor logits = model->forward({}, 2, 0, tgt, 3, Pass{&rng});
+                                    return sequence_loss(logits, target, 0, real(0.1));
+                                },
+                                tensors_of(params), GradcheckOptions{1e-6, 1e-6, seed, 16}));
+    }
     return out;
 }
 

@@ -46,6 +46,14 @@ PositionalKind parse_positional(const std::string& s) {
     throw std::invalid_argument("positional encoding '" + s + "' is not one of: sinusoidal, learned, none");
 }
 
+const char* to_string(Architecture a) { return a == Architecture::EncoderDecoder ? "encoder-decoder" : "decoder-only"; }
+
+Architecture parse_architecture(const std::string& s) {
+    if (s == "encoder-decoder") return Architecture::EncoderDecoder;
+    if (s == "decoder-only") return Architecture::DecoderOnly;
+    throw std::invalid_argument("architecture '" + s + "' is not one of: encoder-decoder, decoder-only");
+}
+
 namespace {
 // The shortest text that reads back as exactly `v` ("0.1", not "0.10000000000000001").
 std::string shortest(double v) {
@@ -176,6 +184,7 @@ std::optional<ModelConfig> plainest(const ModelConfig& c, const std::string& key
     }
     if (key == "enc_layers") set(v.enc_layers, std::int64_t{1});
     if (key == "dec_layers") set(v.dec_layers, std::int64_t{1});
+    if (key == "arch") set(v.arch, Architecture::EncoderDecoder);
     if (!changed) return std::nullopt;
     return v;
 }
@@ -211,7 +220,7 @@ std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
         for (std::string& from : p.dims_from)
             if (from.empty()) from = "d_model";
     // The setting that gives the model a parameter: the first in this order whose plainest value takes it away.
-    for (const char* key : {"attention", "output_bias", "norm", "positional", "layer_norm", "enc_layers", "dec_layers"}) {
+    for (const char* key : {"attention", "output_bias", "norm", "positional", "layer_norm", "enc_layers", "dec_layers", "arch"}) {
         const std::optional<ModelConfig> v = plainest(*this, key);
         if (!v) continue;
         std::set<std::string> kept;
@@ -294,10 +303,12 @@ void EncoderLayer::init(Rng& rng) {
 
 DecoderLayer::DecoderLayer(const ModelConfig& c)
     : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling),
-      multihead_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling),
+      multihead_attn(c.decoder_only() ? MultiHeadAttention()
+                                      : MultiHeadAttention(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling)),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
-      norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), norm3(layer_norm_of(c)), dropout_p(real(c.dropout)), norm(c.norm),
-      residual(c.residual), layer_norm(c.layer_norm), causal(c.causal_mask) {}
+      norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), norm3(c.decoder_only() ? LayerNorm() : layer_norm_of(c)),
+      dropout_p(real(c.dropout)), norm(c.norm), residual(c.residual), layer_norm(c.layer_norm), causal(c.causal_mask),
+      cross(!c.decoder_only()) {}
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                              const Pass& pass, DecoderLayerCache* cache) {
@@ -306,6 +317,8 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor
     Tensor h = sublayer_connection(this, norm1, x, [&](const Tensor& in) {
         return self_attn.forward(in, in, self_mask, pass, self_cache);
     }, pass);
+    if (!cross)  // decoder-only: the FFN follows self-attention, with the second norm
+        return sublayer_connection(this, norm2, h, [&](const Tensor& in) { return ff.forward(in, pass); }, pass);
     h = sublayer_connection(this, norm2, h, [&](const Tensor& in) {
         return multihead_attn.forward(in, memory, memory_mask, pass, memory_cache);
     }, pass);
@@ -314,17 +327,17 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& memory, const Tensor
 
 void DecoderLayer::visit(ModuleWalk& walk) const {
     walk.child("self_attn", self_attn, causal ? "causal self-attention" : "self-attention, no causal mask");
-    walk.child("multihead_attn", multihead_attn, "cross-attention");
+    if (cross) walk.child("multihead_attn", multihead_attn, "cross-attention");
     walk.child("ff", ff, "feed-forward", /*flat=*/true);
     if (!layer_norm) return;
     walk.child("norm1", norm1);
     walk.child("norm2", norm2);
-    walk.child("norm3", norm3);
+    if (cross) walk.child("norm3", norm3);
 }
 
 void DecoderLayer::init(Rng& rng) {
     self_attn.init(rng);
-    multihead_attn.init(rng);
+    if (cross) multihead_attn.init(rng);
     ff.init(rng);
 }
 
@@ -340,18 +353,18 @@ const ModelConfig& validated(const ModelConfig& c) {
 
 Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
     : config(validated(c)),
-      src_embed(c.src_vocab, c.d_model, c.pad_id),
+      src_embed(c.decoder_only() ? Embedding() : Embedding(c.src_vocab, c.d_model, c.pad_id)),
       positional(c.positional, c.max_len, c.d_model) {
     Rng rng(seed);
-    src_embed.init(rng);
-    if (c.tie == Tying::All) {
+    if (!c.decoder_only()) src_embed.init(rng);
+    if (c.tie == Tying::All && !c.decoder_only()) {
         tgt_embed = src_embed;  // the same table (Tensor handles alias)
     } else {
         tgt_embed = Embedding(c.tgt_vocab, c.d_model, c.pad_id);
         tgt_embed.init(rng);
     }
     if (c.positional == PositionalKind::Learned) init_normal(positional.table, rng, 0.02);
-    for (std::int64_t i = 0; i < c.enc_layers; ++i) {
+    for (std::int64_t i = 0; i < (c.decoder_only() ? 0 : c.enc_layers); ++i) {
         encoder.emplace_back(c);
         encoder.back().init(rng);
     }
@@ -360,7 +373,7 @@ Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
         decoder.back().init(rng);
     }
     if (c.norm == NormPosition::Pre) {
-        encoder_norm = LayerNorm(c.d_model);
+        if (!c.decoder_only()) encoder_norm = LayerNorm(c.d_model);
         decoder_norm = LayerNorm(c.d_model);
     }
     if (c.tie == Tying::None) {
@@ -373,6 +386,15 @@ Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
 }
 
 void Transformer::visit(ModuleWalk& walk) const {
+    if (config.decoder_only()) {  // no source side: one token table, one stack
+        walk.child("embed", tgt_embed);
+        if (config.positional != PositionalKind::None) walk.child("positional", positional);
+        walk.layers("decoder", decoder);
+        if (config.norm == NormPosition::Pre) walk.child("decoder.norm", decoder_norm);
+        walk.parameter("generator.weight", generator);  // the token table when tied
+        walk.parameter("generator.bias", generator_bias);
+        return;
+    }
     walk.child("src_embed", src_embed);
     walk.child("tgt_embed", tgt_embed);  // src_embed's table when tie == All
     if (config.positional != PositionalKind::None) walk.child("positional", positional);
@@ -403,6 +425,7 @@ void check_ids(const char* what, const std::vector<std::int32_t>& ids, std::int6
 
 Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S, const Pass& pass) {
     check_ids("encode", src, B, S);
+    if (config.decoder_only()) throw std::logic_error("encode: a decoder-only model has no encoder");
     pass.section("encoder", Input::Source);
     const Tensor mask = key_padding_mask(src, B, S, config.pad_id);  // (B, 1, 1, S)
     Tensor x = dropout(embed(src_embed, src, B, S, 0, pass), real(config.dropout), pass);  // (B, S, C)
@@ -423,6 +446,14 @@ Tensor Transformer::decode(const std::vector<std::int32_t>& dec_in, std::int64_t
                                                 : key_padding_mask(dec_in, B, T, config.pad_id);    // (B, 1, 1, T)
     const Tensor memory_mask = key_padding_mask(src, B, S, config.pad_id);      // (B, 1, 1, S)
     return decoder_stack(dec_in, B, T, memory, self_mask, memory_mask, pass, nullptr);
+}
+
+Tensor Transformer::decode_only(const std::vector<std::int32_t>& tokens, std::int64_t B, std::int64_t T, const Pass& pass) {
+    check_ids("decode_only", tokens, B, T);
+    if (!config.decoder_only()) throw std::logic_error("decode_only: the model has an encoder (use decode)");
+    const Tensor self_mask = config.causal_mask ? causal_padding_mask(tokens, B, T, config.pad_id)  // (B, 1, T, T)
+                                                : key_padding_mask(tokens, B, T, config.pad_id);    // (B, 1, 1, T)
+    return decoder_stack(tokens, B, T, Tensor(), self_mask, Tensor(), pass, nullptr);  // (B, T, C)
 }
 
 Tensor Transformer::decode_step(const std::vector<std::int32_t>& dec_in, std::int64_t N, std::int64_t T,
@@ -464,6 +495,7 @@ Tensor Transformer::project(const Tensor& hidden, const Pass& pass) const {
 
 Tensor Transformer::forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
                             const std::vector<std::int32_t>& dec_in, std::int64_t T, const Pass& pass) {
+    if (config.decoder_only()) return project(decode_only(dec_in, B, T, pass), pass);  // (B, T, V): no encoder
     Tensor memory = encode(src, B, S, pass);
     return project(decode(dec_in, B, T, memory, src, S, pass), pass);
 }

@@ -367,15 +367,19 @@ void Trainer::prepare_data() {
         log_ << "this run was started before runs had ids: its settings and data files are not checked against its "
                 "checkpoints (start it over to have them checked)\n";
     // Every input file is read before any work, so that a wrong name fails at once.
-    const ParallelText train_text = read_parallel(c_.data.train_src, c_.data.train_tgt);
+    // A decoder-only model reads one text: each non-empty line is an example, BOS + tokens -> tokens + EOS,
+    // read here as a "pair" of the line with itself whose source side is then dropped.
+    const bool lm = c_.model.decoder_only();
+    const ParallelText train_text = read_parallel(c_.data.train_src, lm ? c_.data.train_src : c_.data.train_tgt);
     ParallelText valid_text;
-    if (!c_.data.valid_src.empty()) valid_text = read_parallel(c_.data.valid_src, c_.data.valid_tgt);
+    if (!c_.data.valid_src.empty())
+        valid_text = read_parallel(c_.data.valid_src, lm ? c_.data.valid_src : c_.data.valid_tgt);
     if (c_.resume) {
         tokenizers_ = TokenizerPair::load(dir_);
     } else {
         TokenizerOptions opt;
         opt.kind = c_.data.tokenizer;
-        opt.joint = c_.data.joint_vocab;
+        opt.joint = c_.data.joint_vocab || lm;  // a decoder-only model has one side
         opt.vocab_size = c_.data.vocab_size;
         opt.seed = c_.seed;
         // A fixed count, not --threads: SentencePiece's unigram trainer adds up per-thread sums, so its
@@ -383,7 +387,8 @@ void Trainer::prepare_data() {
         opt.num_threads = kTokenizerThreads;
         log_ << "training a " << to_string(c_.data.tokenizer) << " tokenizer (" << (opt.joint ? "joint" : "separate")
              << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
-        tokenizers_ = TokenizerPair::train(train_text.source, train_text.target, opt);  // saved by start_writing
+        // (decoder-only: the text once, not as both sides of a joint vocabulary)
+        tokenizers_ = TokenizerPair::train(lm ? std::vector<std::string>() : train_text.source, train_text.target, opt);
         // Regular files only: a pipe (--train-src <(zcat ...)) has been read and cannot be read again, nor
         // resumed from the same bytes.
         std::error_code ec;
@@ -391,6 +396,8 @@ void Trainer::prepare_data() {
             if (fs::is_regular_file(c_.data.*d.path, ec)) identity_.data[d.key] = data_file(c_.data.*d.path);
     }
     EncodedCorpus train = encode_parallel(train_text, tokenizers_, c_.data.max_len);
+    if (lm)
+        for (Example& e : train.examples) e.src.clear();  // no encoder: a batch's src is just EOS, never read
     if (train.examples.empty())
         throw std::runtime_error("no training pairs left from '" + c_.data.train_src + "' after filtering (" +
                                  train.stats.summary() + ")");
@@ -411,6 +418,8 @@ void Trainer::prepare_data() {
 
     if (!c_.data.valid_src.empty()) {
         EncodedCorpus valid = encode_parallel(valid_text, tokenizers_, c_.data.max_len);
+        if (lm)
+            for (Example& e : valid.examples) e.src.clear();
         // Validation on none of the pairs would never choose a best model: refuse, as for training data.
         if (valid.examples.empty())
             throw std::runtime_error("no validation pairs left from '" + c_.data.valid_src + "' after filtering (" +
@@ -431,7 +440,7 @@ void Trainer::prepare_data() {
 
 void Trainer::build_model() {
     ModelConfig& m = c_.model;
-    m.src_vocab = tokenizers_.source->vocab_size();
+    m.src_vocab = tokenizers_.source->vocab_size();  // decoder-only: the one tokenizer's, unused
     m.tgt_vocab = tokenizers_.target->vocab_size();
     m.pad_id = kPadId;
     m.bos_id = kBosId;
@@ -485,9 +494,12 @@ void Trainer::build_model() {
     }
     std::string off;  // the parts of the paper's model switched off, as their flags
     for (const std::string& flag : switched_off_parts(m)) off += ", " + flag;
+    const std::string layers = m.decoder_only() ? "decoder-only, " + std::to_string(m.dec_layers)
+                                                : std::to_string(m.enc_layers) + "+" + std::to_string(m.dec_layers);
+    const std::string vocab = m.decoder_only() ? std::to_string(m.tgt_vocab) : std::to_string(m.src_vocab) + "/" + std::to_string(m.tgt_vocab);
     log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
-         << m.ffn << ", " << m.enc_layers << "+" << m.dec_layers << " layers, " << to_string(m.norm) << "-norm, tie "
-         << to_string(m.tie) << ", vocab " << m.src_vocab << "/" << m.tgt_vocab << off << "); " << batcher_->num_batches()
+         << m.ffn << ", " << layers << " layers, " << to_string(m.norm) << "-norm, tie "
+         << to_string(m.tie) << ", vocab " << vocab << off << "); " << batcher_->num_batches()
          << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
          << (precision() == Precision::BF16 ? "; bf16 products" : "")
          << (reference_mode() ? "; reference ops (src/reference_ops.cpp)" : "") << "; lr " << c_.optim.schedule.describe()

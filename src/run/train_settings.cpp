@@ -309,6 +309,17 @@ std::vector<Preset> train_presets() {
           {"time-budget", "4.5"}, {"valid-every", "500"}, {"checkpoint-every", "500"}, {"log-every", "100"},
           {"valid-bleu-sentences", "300"}},
          ""},
+        // A decoder-only language model of the toy corpus's English-like side: one sentence per example
+        // (BOS + words -> words + EOS). docs/lesson-decoder-only.md shows what `generate` writes after it.
+        {"toy-lm",
+         "a decoder-only language model (GPT) of the English-like side of data/toy (train.src): word vocabulary,\n"
+         "    2 layers, C 64, 600 steps (under a minute on 2 cores); then try tapeformer generate --model DIR",
+         {{"train-src", "data/toy/train.src"}, {"valid-src", "data/toy/valid.src"}, {"arch", "decoder-only"},
+          {"tokenizer", "word"}, {"vocab-size", "0"}, {"tie", "decoder"}, {"d-model", "64"}, {"heads", "4"},
+          {"ffn", "256"}, {"layers", "2"}, {"norm", "pre"}, {"dropout", "0"}, {"batch-tokens", "2000"}, {"max-len", "40"},
+          {"schedule", "cosine"}, {"lr", "0.003"}, {"warmup", "50"}, {"min-lr", "0.0001"}, {"max-steps", "600"},
+          {"valid-every", "300"}, {"checkpoint-every", "600"}, {"log-every", "100"}},
+         ""},
         // The sequence tasks of `tapeformer data copy|reverse` (data/tasks.h), trained to exact match: the lesson
         // that attention routes by position. Measured figures in README.md.
         {"copy",
@@ -433,6 +444,7 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
     // Defaults that follow from other settings.
     if (!given.count("attention-dropout")) c.model.attention_dropout = c.model.dropout;
     if (!given.count("activation-dropout")) c.model.activation_dropout = c.model.dropout;
+    if (c.model.decoder_only() && !given.count("valid-bleu")) c.valid_bleu = false;  // a language model: validated by its loss
     Schedule& schedule = c.optim.schedule;
     if (schedule.kind != ScheduleKind::Noam) {
         if (!given.count("lr")) {
@@ -588,10 +600,19 @@ void TrainConfig::validate() const {
     for (const Setting<TrainConfig>& s : train_settings())
         if (const std::string problem = setting_problem(s, *this); !problem.empty())
             fail("train: " + (s.name.empty() ? s.key : "--" + s.name) + " " + problem);
-    if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
-        fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
-    if (data.valid_src.empty() != data.valid_tgt.empty())
-        fail("train: give both --valid-src and --valid-tgt, or neither");
+    if (model.decoder_only()) {
+        // A language model of one text: no target side (see docs/lesson-decoder-only.md).
+        if (!resume && data.train_src.empty()) fail("train: --arch decoder-only needs --train-src FILE, the text to model");
+        if (!data.train_tgt.empty() || !data.valid_tgt.empty())
+            fail("train: --arch decoder-only learns one text from --train-src (and --valid-src); --train-tgt and --valid-tgt "
+                 "are for --arch encoder-decoder");
+        if (valid_bleu) fail("train: --valid-bleu scores translations; a decoder-only model is validated by its loss");
+    } else {
+        if (!resume && (data.train_src.empty() || data.train_tgt.empty()))
+            fail("train: --train-src and --train-tgt are required (or --preset toy / multi30k)");
+        if (data.valid_src.empty() != data.valid_tgt.empty())
+            fail("train: give both --valid-src and --valid-tgt, or neither");
+    }
     // A resumed run keeps the stopping rules in its run.json unless this call gives new ones.
     if (!resume && max_steps <= 0 && epochs <= 0 && time_budget_minutes <= 0)
         fail("train: say when to stop: --max-steps, --epochs or --time-budget");
@@ -600,7 +621,7 @@ void TrainConfig::validate() const {
              std::to_string(data.max_len) + " (+1 for BOS/EOS)");
     if (data.tokenizer != TokenizerKind::word && data.vocab_size < 8)
         fail("train: --vocab-size must be at least 8 for SentencePiece, got " + std::to_string(data.vocab_size));
-    if (model.tie == Tying::All && !data.joint_vocab)
+    if (model.tie == Tying::All && !data.joint_vocab && !model.decoder_only())
         fail("train: --tie all shares one embedding table between the languages, which needs --joint-vocab");
     if (resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
         resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)

@@ -52,7 +52,9 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
     NoGradGuard no_grad;
     AttentionMaps maps;
     std::vector<std::int32_t> tgt;
-    if (tgt_text) {
+    if (c.decoder_only()) {  // one sequence: the sentence itself is what the decoder reads (BOS + tokens)
+        tgt = tokenizers.target->encode(tgt_text ? std::string(trim(*tgt_text)) : src_line);
+    } else if (tgt_text) {
         const std::string line(trim(*tgt_text));
         if (line.empty()) throw std::invalid_argument("attention: the target sentence is empty (leave out --tgt to decode)");
         tgt = tokenizers.target->encode(line);
@@ -73,14 +75,15 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
     Pass pass;
     pass.observer = &probes;
     model.forward(src, 1, S, dec_in, T, pass);
-    for (std::int32_t id : src) maps.src.push_back(tokenizers.source->id_to_piece(id));
+    if (!c.decoder_only())
+        for (std::int32_t id : src) maps.src.push_back(tokenizers.source->id_to_piece(id));
     for (std::int32_t id : dec_in) maps.tgt_in.push_back(tokenizers.target->id_to_piece(id));
     for (std::size_t i = 1; i < dec_in.size(); ++i) maps.tgt_out.push_back(maps.tgt_in[i]);
     maps.tgt_out.push_back(tokenizers.target->id_to_piece(c.eos_id));
-    for (int l = 0; l < int(c.enc_layers); ++l) maps.encoder_self.push_back(per_head(probes.of(attention_of(model, HeadKind::E, l)).weights));
+    for (int l = 0; l < layers_of(c, HeadKind::E); ++l) maps.encoder_self.push_back(per_head(probes.of(attention_of(model, HeadKind::E, l)).weights));
     for (int l = 0; l < int(c.dec_layers); ++l) {
         maps.decoder_self.push_back(per_head(probes.of(attention_of(model, HeadKind::D, l)).weights));
-        maps.cross.push_back(per_head(probes.of(attention_of(model, HeadKind::A, l)).weights));
+        if (layers_of(c, HeadKind::A) > 0) maps.cross.push_back(per_head(probes.of(attention_of(model, HeadKind::A, l)).weights));
     }
     return maps;
 }

@@ -19,7 +19,11 @@ const char* describe(HeadKind kind) {
                                  : "encoder-decoder (cross) attention";
 }
 
-int layers_of(const ModelConfig& c, HeadKind kind) { return int(kind == HeadKind::E ? c.enc_layers : c.dec_layers); }
+// A decoder-only model has D heads only: no encoder (E), no cross-attention (A).
+int layers_of(const ModelConfig& c, HeadKind kind) {
+    if (c.decoder_only() && kind != HeadKind::D) return 0;
+    return int(kind == HeadKind::E ? c.enc_layers : c.dec_layers);
+}
 
 std::string HeadId::str() const { return std::string(1, to_char(kind)) + ":" + std::to_string(layer) + ":" + std::to_string(head); }
 
@@ -67,6 +71,9 @@ std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& 
         id.kind = parse_kind(item.substr(0, a), "head '" + item + "'");
         id.layer = parse_index(item, item.substr(a + 1, b - a - 1), "layer");
         id.head = parse_index(item, item.substr(b + 1), "head");
+        if (layers_of(config, id.kind) == 0)
+            throw std::invalid_argument("head '" + item + "': a decoder-only model has no " + describe(id.kind) +
+                                        " (its heads are D:layer:head)");
         if (id.layer >= layers_of(config, id.kind))
             throw std::invalid_argument("head '" + item + "': the model's " + describe(id.kind) + " has layers 0.." +
                                         std::to_string(layers_of(config, id.kind) - 1));

@@ -75,7 +75,7 @@ L0Report l0_prune_heads(Transformer& model, const TokenizerPair& tokenizers, con
     std::vector<GatedLayer> gated;
     for (HeadKind kind : {HeadKind::E, HeadKind::D, HeadKind::A}) {
         if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) continue;
-        const int layers = int(kind == HeadKind::E ? model.config.enc_layers : model.config.dec_layers);
+        const int layers = layers_of(model.config, kind);
         for (int layer = 0; layer < layers; ++layer) {
             MultiHeadAttention& m = attention_of(model, kind, layer);
             Tensor log_alpha = Tensor::full({m.H}, real(o.init_log_alpha));  // (H)

@@ -223,7 +223,10 @@ Explanation explain(Transformer& model, const TokenizerPair& tokenizers, const s
     ex.src.push_back(c.eos_id);  // source = tokens + EOS, as in every batch
     const std::int64_t B = 1, S = std::int64_t(ex.src.size());
     std::vector<std::int32_t> tgt;
-    if (options.target) {
+    if (c.decoder_only()) {  // one sequence: the sentence is the decoder's input (BOS + tokens), nothing decoded
+        tgt = options.target ? tgt_tok.encode(trim(*options.target))
+                             : std::vector<std::int32_t>(ex.src.begin(), ex.src.end() - 1);
+    } else if (options.target) {
         const std::string t(trim(*options.target));
         if (t.empty()) throw std::invalid_argument("explain: the target sentence is empty (leave out --tgt to decode)");
         tgt = tgt_tok.encode(t);

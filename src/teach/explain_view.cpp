@@ -105,7 +105,7 @@ void values(std::ostringstream& o, const ExplainStage& s, const ExplainView& v) 
 }  // namespace
 
 void check_view(const Explanation& ex, const ModelConfig& c, const ExplainView& v) {
-    const std::int64_t layers = std::max(c.enc_layers, c.dec_layers);
+    const std::int64_t layers = c.decoder_only() ? c.dec_layers : std::max(c.enc_layers, c.dec_layers);  // decoder-only: no encoder
     if (v.layer < -1 || v.layer >= layers)
         throw std::invalid_argument("--layer: the model has layers 0.." + std::to_string(layers - 1) + ", got " + std::to_string(v.layer));
     if (v.head < -1 || v.head >= c.heads)

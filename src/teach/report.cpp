@@ -257,9 +257,11 @@ std::string overview(const RunData& d) {
     if (d.run) {
         const TrainConfig& c = *d.run;
         // Each model setting as run.json holds it ("post", "256"), through the settings table.
-        std::string model;
-        for (const char* k : {"d_model", "heads", "ffn", "enc_layers", "dec_layers", "norm", "tie", "positional", "attention"})
+        std::string model = c.model.decoder_only() ? "decoder-only" : "";  // the encoder-decoder says nothing, as before
+        for (const char* k : {"d_model", "heads", "ffn", "enc_layers", "dec_layers", "norm", "tie", "positional", "attention"}) {
+            if (c.model.decoder_only() && std::string(k) == "enc_layers") continue;  // no encoder
             model += std::string(model.empty() ? "" : ", ") + k + " " + find_setting(model_settings(), k, /*by_key=*/true)->get(c.model);
+        }
         model += ", dropout " + num(c.model.dropout);
         for (const std::string& off : switched_off_parts(c.model)) model += ", " + off;
         row("model", model);
@@ -268,7 +270,8 @@ std::string overview(const RunData& d) {
         row("optimisation", optimizer->get(c) + ", schedule " + schedule->get(c) + " (lr " + num(c.optim.schedule.lr) +
                                 ", warmup " + std::to_string(c.optim.schedule.warmup) + "), label smoothing " +
                                 num(c.optim.label_smoothing) + ", clip " + num(c.optim.clip));
-        row("data", c.data.train_src + " / " + c.data.train_tgt + ", batch tokens " + std::to_string(c.data.batch_tokens));
+        row("data", c.data.train_src + (c.model.decoder_only() ? "" : " / " + c.data.train_tgt) + ", batch tokens " +
+                        std::to_string(c.data.batch_tokens));
         if (c.overfit_batch) row("mode", "--overfit-batch: one batch, every step");
     }
     if (!d.train.empty()) {

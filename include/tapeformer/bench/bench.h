@@ -39,6 +39,7 @@ struct BenchTrainOptions {
     std::int64_t bench_warmup = 3;   // untimed steps before timing
     double clip = 1.0;               // gradient-norm clipping; <= 0: none
     bool tie_embeddings = false;     // one table for source, target and output projection
+    bool decoder_only = false;       // --arch decoder-only: the decoder alone on the target side (bench/torch_decoder_only.py)
     std::uint64_t seed = 0;          // model initialisation and batches
     bool composed_attention = false; // attention as the composed ops instead of ops.h's attention_heads (to compare)
     bool eval_greedy = false;        // also time greedy decoding of the first batch for exactly T steps

@@ -10,6 +10,11 @@
 //   LN goes (and its parameters), leaving x + Dropout(Sublayer(x)); without either, Dropout(Sublayer(x)).
 //   logits = decoder output @ generatorᵀ  (+ generator_bias with output_bias)
 //
+// The decoder-only model (ModelConfig::arch, a GPT-style language model) is the same decoder without its
+// encoder: token embedding + positions, N decoder layers whose cross-attention sublayer is left out
+// (x = LN₁(x + Dropout(CausalSelfAttn(x)));  x = LN₂(x + Dropout(FFN(x)))), the final norm (pre-norm) and
+// the generator; it reads dec_in = BOS + tokens and is trained to predict target = tokens + EOS.
+//
 // Batch conventions: source = tokens + EOS; decoder input = BOS + tokens; target = tokens + EOS; rows are
 // right-padded with pad_id, and padded keys are masked out of every attention.
 #pragma once
@@ -26,6 +31,7 @@ TF_NAMESPACE_BEGIN
 
 enum class NormPosition { Post, Pre };
 enum class Tying { None, Decoder, All };
+enum class Architecture { EncoderDecoder, DecoderOnly };  // the paper's model, or its decoder alone (GPT)
 
 // A parameter as a configuration predicts it, without allocating it: what a weights file's tensors are
 // checked against before a model is built from the file's metadata.
@@ -37,6 +43,8 @@ struct ParameterShape {
 };
 
 struct ModelConfig {
+    Architecture arch = Architecture::EncoderDecoder;  // DecoderOnly: no encoder, no cross-attention; src_vocab
+                                                       // and enc_layers are then unused (src_vocab = tgt_vocab)
     std::int64_t src_vocab = 8000;    // V of the source side (with the special tokens)
     std::int64_t tgt_vocab = 8000;    // V of the target side; must equal src_vocab when tie == All
     std::int64_t d_model = 256;       // C: width of every token's vector
@@ -73,6 +81,7 @@ struct ModelConfig {
     static constexpr std::int64_t kMaxPositions = 65536;   // max_len
     static constexpr std::int64_t kMaxParameters = 1000000000;   // 4 GB of float32 weights
 
+    bool decoder_only() const { return arch == Architecture::DecoderOnly; }
     // Throws std::invalid_argument naming the offending setting(s), before anything is allocated.
     void validate() const;
     // validate() but for the bound on the total size, which needs a shape-only build of the model (whose
@@ -91,10 +100,12 @@ const char* to_string(NormPosition n);
 const char* to_string(Activation a);
 const char* to_string(Tying t);
 const char* to_string(PositionalKind p);
+const char* to_string(Architecture a);
 NormPosition parse_norm_position(const std::string& s);
 Activation parse_activation(const std::string& s);
 Tying parse_tying(const std::string& s);
 PositionalKind parse_positional(const std::string& s);
+Architecture parse_architecture(const std::string& s);
 
 struct EncoderLayer {
     static constexpr const char* kType = "EncoderLayer";
@@ -130,23 +141,28 @@ struct DecoderCache {
 struct DecoderLayer {
     static constexpr const char* kType = "DecoderLayer";
     MultiHeadAttention self_attn;       // causal (unless the model's causal_mask is off)
-    MultiHeadAttention multihead_attn;  // cross-attention over the encoder output
+    MultiHeadAttention multihead_attn;  // cross-attention over the encoder output; none in a decoder-only model
     FeedForward ff;
-    LayerNorm norm1, norm2, norm3;  // undefined (and not in the walk) without layer_norm
+    // norm1 before/after self-attention, norm2 cross-attention's, norm3 the FFN's; a decoder-only layer has
+    // no cross-attention and its FFN's norm is norm2 (norm3 undefined). Undefined (and not in the walk)
+    // without layer_norm.
+    LayerNorm norm1, norm2, norm3;
     real dropout_p = 0;
     NormPosition norm = NormPosition::Post;
     bool residual = true, layer_norm = true;  // ModelConfig's switches
     bool causal = true;  // the model's causal_mask (which Transformer::decode builds): names self_attn's role
+    bool cross = true;   // has cross-attention (false in a decoder-only model: memory is then never read)
 
     DecoderLayer() = default;
     explicit DecoderLayer(const ModelConfig& c);
     // x (B, T, C), memory (B, S, C), self_mask (B, 1, T, T), memory_mask (B, 1, 1, S) -> (B, T, C)
+    // (without cross-attention, memory and memory_mask are undefined tensors)
     // With a cache (decoding, under NoGradGuard): x holds the T positions after those already cached,
     // self_mask must be undefined (the cache masks by position) and memory is read on the first call only.
     // Probes as EncoderLayer's.
     Tensor forward(const Tensor& x, const Tensor& memory, const Tensor& self_mask, const Tensor& memory_mask,
                    const Pass& pass, DecoderLayerCache* cache = nullptr);
-    void visit(ModuleWalk& walk) const;  // self_attn, multihead_attn, ff (linear1, linear2), norm1..3 (with layer_norm)
+    void visit(ModuleWalk& walk) const;  // self_attn, multihead_attn (cross), ff (linear1, linear2), norm1..3 (with layer_norm)
     void init(Rng& rng);
 };
 
@@ -154,7 +170,7 @@ class Transformer {
 public:
     static constexpr const char* kType = "Transformer";
     ModelConfig config;
-    Embedding src_embed, tgt_embed;  // tgt_embed shares src_embed's table when tie == All
+    Embedding src_embed, tgt_embed;  // tgt_embed shares src_embed's table when tie == All; decoder-only: no src_embed
     PositionalEncoding positional;
     std::vector<EncoderLayer> encoder;
     std::vector<DecoderLayer> decoder;
@@ -170,7 +186,8 @@ public:
 
     // The module walk (module.h): src_embed, tgt_embed, positional (unless none), encoder.layers.<i>, encoder.norm
     // (pre-norm), decoder.layers.<i>, decoder.norm (pre-norm), then the parameters generator.weight and
-    // generator.bias (with output_bias).
+    // generator.bias (with output_bias). Decoder-only: embed (the token table), positional, decoder.layers.<i>,
+    // decoder.norm (pre-norm), generator.weight, generator.bias.
     void visit(ModuleWalk& walk) const;
     // Every parameter under its PyTorch name, in the walk's order. With tying, the shared tensor appears
     // under each of its names (optimizers and savers handle the sharing).
@@ -184,16 +201,19 @@ public:
     // dec_in (B, T), memory (B, S, C), src (B, S) for the memory mask -> hidden (B, T, C)
     Tensor decode(const std::vector<std::int32_t>& dec_in, std::int64_t B, std::int64_t T, const Tensor& memory,
                   const std::vector<std::int32_t>& src, std::int64_t S, const Pass& pass);
+    // The decoder-only model's stack: tokens (B, T) -> hidden (B, T, C), causal self-attention only.
+    Tensor decode_only(const std::vector<std::int32_t>& tokens, std::int64_t B, std::int64_t T, const Pass& pass);
     // The same decoder with a cache, a few positions (usually one) per call, for translation: dec_in (N, T) are
     // each row's next T tokens, at positions cache.position() onwards; memory (N, S, C) is read on the
     // first call only (cross-attention keeps its projection); memory_mask (N, 1, 1, S) -> hidden (N, T, C).
+    // A decoder-only model takes undefined memory and memory_mask.
     // Every call runs DecoderLayer::forward, as decode does, in evaluation mode. Needs NoGradGuard. Without
     // the causal mask (config.causal_mask false) too, a position sees only the positions fed so far: the
     // later ones do not exist yet, which is why such a model learns to read a future it never gets.
     Tensor decode_step(const std::vector<std::int32_t>& dec_in, std::int64_t N, std::int64_t T, const Tensor& memory,
                        const Tensor& memory_mask, DecoderCache& cache);
     Tensor project(const Tensor& hidden, const Pass& pass = {}) const;  // (B, T, C) -> logits (B, T, V)
-    // The whole model: logits (B, T, V).
+    // The whole model: logits (B, T, V). A decoder-only model reads dec_in alone (src is ignored).
     Tensor forward(const std::vector<std::int32_t>& src, std::int64_t B, std::int64_t S,
                    const std::vector<std::int32_t>& dec_in, std::int64_t T, const Pass& pass);
 
