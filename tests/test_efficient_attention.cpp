@@ -165,7 +165,7 @@ TEST_CASE("efficient attention: linear and local models learn the copy task", "[
     struct Kind {
         AttentionScore attention;
         std::int64_t window;
-        int at_least;  // exact copies out of 100 (measured: see the lesson)
+        int at_least;  // exact copies out of 100
     };
     for (const Kind& kind : {Kind{AttentionScore::Linear, 0, 90}, Kind{AttentionScore::Local, 4, 90}}) {
         INFO(tf::to_string(kind.attention));

@@ -30,6 +30,7 @@ struct BenchAttentionResult {
     BenchAttentionOptions options;
     double ms_median = 0, ms_min = 0;  // forward + backward, wall clock
     double forward_ms_median = 0;      // forward alone
+    double cpu_ms_median = 0;          // forward + backward, CPU time of the process (all threads)
     double peak_mb = 0;                // tensor memory a forward + backward needed beyond what existed before
     double mask_mb = 0;                // the mask given to the module (built before, not in peak_mb)
     std::string to_text() const;       // one line: kind, T, times, memory
