@@ -81,6 +81,7 @@ void ModelConfig::validate_settings() const {
     rate("attention_dropout", attention_dropout);
     rate("activation_dropout", activation_dropout);
     integer("max_len", max_len, 1, kMaxPositions);
+    integer("window", window, 0, kMaxPositions);
     integer("pad_id", pad_id, 0, kMaxVocab - 1);
     integer("bos_id", bos_id, 0, kMaxVocab - 1);
     integer("eos_id", eos_id, 0, kMaxVocab - 1);
