@@ -47,9 +47,15 @@ const std::vector<Setting<ModelConfig>>& model_settings() {
                           [](auto& c) -> auto& { return c.positional; }, parse_positional,
                           [](PositionalKind p) { return to_string(p); }),
         added_later(choice_setting<C>("attention", "attention", g,
-                                      "Attention scoring: dot = the paper's q·k/√D; additive = Bahdanau's v·tanh(W_q q + W_k k)",
-                                      {"dot", "additive"}, [](auto& c) -> auto& { return c.attention; },
+                                      "Attention scoring: dot = the paper's q·k/√D; additive = Bahdanau's v·tanh(W_q q + W_k k);\n"
+                                      "linear = φ(q)·φ(k), φ = elu + 1 (Katharopoulos et al.), O(T) in length; local = dot\n"
+                                      "in a sliding window of self-attention (needs --window)",
+                                      {"dot", "additive", "linear", "local"}, [](auto& c) -> auto& { return c.attention; },
                                       parse_attention_score, [](AttentionScore s) { return to_string(s); })),
+        added_later(integer_setting<C>("window", "window", g,
+                                       "Local attention's window W: self-attention sees keys less than W positions away\n"
+                                       "(with the causal mask, the last W); required by --attention local, refused otherwise",
+                                       0, C::kMaxPositions, [](auto& c) -> auto& { return c.window; })),
         added_later(bool_setting<C>("output-bias", "output_bias", g,
                                     "A bias on the output projection (PyTorch's nn.Linear; the paper and fairseq have none)",
                                     "", [](auto& c) -> auto& { return c.output_bias; })),

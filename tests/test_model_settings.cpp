@@ -47,6 +47,7 @@ TEST_CASE("model settings: the table's bounds are those ModelConfig::validate ch
         {"attention_dropout", [](ModelConfig& c, double v) { c.attention_dropout = v; }},
         {"activation_dropout", [](ModelConfig& c, double v) { c.activation_dropout = v; }},
         {"max_len", [](ModelConfig& c, double v) { c.max_len = std::int64_t(v); }},
+        {"window", [](ModelConfig& c, double v) { c.window = std::int64_t(v); }},
         {"pad_id", [](ModelConfig& c, double v) { c.pad_id = std::int32_t(v); }},
         {"bos_id", [](ModelConfig& c, double v) { c.bos_id = std::int32_t(v); }},
         {"eos_id", [](ModelConfig& c, double v) { c.eos_id = std::int32_t(v); }},

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "tapeformer/bench/attention_bench.h"
 #include "tapeformer/bench/bench.h"
 #include "tapeformer/blas.h"
 #include "cli/commands.h"
@@ -64,6 +65,30 @@ void add_bench_command(CLI::App& app) {
         o->precision = *bf16 ? Precision::BF16 : parse_precision(*precision);
         const BenchTrainResult result = bench_train(*o, &std::cout);
         std::cout << result.to_json() << std::endl;
+    });
+
+    auto a = std::make_shared<BenchAttentionOptions>();
+    auto kind = std::make_shared<std::string>("dot");
+    auto encoder = std::make_shared<bool>(false);
+    CLI::App* attention = bench->add_subcommand(
+        "attention",
+        "Time one self-attention's forward + backward on random input and count the tensor memory it needs,\n"
+        "against sequence length (docs/lesson-efficient-attention.md).");
+    attention->add_option("--kind", *kind, "dot, linear or local (additive works too)")
+        ->check(CLI::IsMember({"dot", "additive", "linear", "local"}))
+        ->capture_default_str();
+    attention->add_option("--length", a->length, "Sequence length T")->capture_default_str();
+    attention->add_option("--batch", a->batch, "Sequences B")->capture_default_str();
+    attention->add_option("--d-model", a->d_model, "Model width C")->capture_default_str();
+    attention->add_option("--heads", a->heads, "Heads H")->capture_default_str();
+    attention->add_option("--window", a->window, "Local attention's window W")->capture_default_str();
+    attention->add_flag("--encoder", *encoder, "Encoder self-attention (no mask) instead of the decoder's causal one");
+    attention->add_option("--reps", a->reps, "Timed passes (after one untimed); the median is printed")->capture_default_str();
+    attention->add_option("--seed", a->seed, "Seed of the weights and the input")->capture_default_str();
+    attention->callback([a, kind, encoder]() {
+        a->kind = parse_attention_score(*kind);
+        a->causal = !*encoder;
+        std::cout << bench_attention(*a).to_text() << std::endl;
     });
 }
 

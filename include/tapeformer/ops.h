@@ -1,7 +1,7 @@
 // The primitive differentiable ops. Each computes its output and, when an input requires grad and the tape is
 // recording, records a backward closure next to the forward code: src/ops.cpp, one section per op; the fused
 // kernels (affine, slice_heads, add_*layer_norm, relu_dropout, attention_heads) in fused_ops.cpp, the L0 gates
-// in study_ops.cpp. Everything higher (attention, feed-forward, the model) is composed and has no backward.
+// in study_ops.cpp, linear attention's φ and prefix sum in linear_attention_ops.cpp. Everything higher (attention, feed-forward, the model) is composed and has no backward.
 //
 // Shapes use fixed letters: B batch, S source length, T target length, C model width, H heads,
 // D head width, F FFN width, V vocabulary, N "rows" (all leading dimensions flattened).
@@ -130,6 +130,14 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 // side, (B, Tq, H·D). Backward keeps the weights (B, H, Tq, Tk) and draws the dropout mask again.
 Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
                        std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training = true);
+
+// ---- linear attention's primitives (linear_attention_ops.cpp) -------------------------------------------
+// φ(x) = elu(x) + 1 elementwise (x + 1 for x > 0, eˣ otherwise): the positive feature map of linear attention
+// (Katharopoulos et al. 2020), so that φ(q)·φ(k) > 0 can stand in for exp(q·k).
+Tensor elu_plus_one(const Tensor& a);
+// Prefix sums along `axis` (negative counts from the end): y[..., t, ...] = Σ_{s ≤ t} a[..., s, ...]. The
+// causal form of linear attention's Σ_j φ(k_j) v_jᵀ. Backward is the suffix sum of the gradient.
+Tensor cumsum(const Tensor& a, int axis);
 
 // ---- stochastic gates (L0 regularisation) ---------------------------------------------------------------
 // The Hard-Concrete gate of Louizos, Welling & Kingma (2018), one per element of log_alpha: a value in [0, 1]

@@ -100,6 +100,30 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
     // additive scoring v·tanh(q + k): every parameter, v included
     check_self_attention("attention: additive scores, causal self + padding mask",
                          std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Additive));
+    // Linear attention (φ(q)·φ(k), φ = elu + 1): causal self with padding (prefix sums), encoder self with
+    // key padding, and cross-attention; local attention (a window of 2) on causal and on encoder self.
+    check_self_attention("attention: linear, causal self + padding mask",
+                         std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Linear));
+    check_self_attention("attention: local window 2, causal self + padding mask",
+                         std::make_shared<MultiHeadAttention>(C, H, real(0), AttentionScore::Local, true, 2));
+    for (AttentionScore kind : {AttentionScore::Linear, AttentionScore::Local}) {
+        auto attn = std::make_shared<MultiHeadAttention>(C, H, real(0), kind, true, kind == AttentionScore::Local ? 2 : 0);
+        Rng init(seed);
+        attn->init(init);
+        ParamList params = named_parameters(*attn);
+        jitter(params, ++k);
+        std::vector<Tensor> in = {random_tensor({B, S, C}, ++k)};
+        for (const Tensor& t : tensors_of(params)) in.push_back(t);
+        const std::string name = kind == AttentionScore::Linear ? "attention: linear" : "attention: local window 2";
+        out.push_back(gradcheck(name + ", self + key padding mask", [attn, src_mask](auto& x) {
+            return attn->forward(x[0], x[0], src_mask, Pass{});
+        }, in, opt));
+        std::vector<Tensor> in_x = in;
+        in_x.insert(in_x.begin(), random_tensor({B, T, C}, ++k));
+        out.push_back(gradcheck(name + ", cross (decoder -> encoder)", [attn, src_mask](auto& x) {
+            return attn->forward(x[0], x[1], src_mask, Pass{});
+        }, in_x, opt));
+    }
     // An encoder and a decoder layer built with `c`, each with every parameter as an input.
     auto check_layers = [&](const std::string& tag, const ModelConfig& c) {
         auto enc = std::make_shared<EncoderLayer>(c);
@@ -125,6 +149,14 @@ std::vector<GradcheckResult> check_model_blocks(std::uint64_t seed) {
     };
     check_layers(" (post-norm)", tiny_config(NormPosition::Post, Activation::ReLU));
     check_layers(" (pre-norm, gelu)", tiny_config(NormPosition::Pre, Activation::GELU));
+    {  // the layers with the efficient attentions
+        ModelConfig linear = tiny_config(NormPosition::Pre, Activation::ReLU), local = linear;
+        linear.attention = AttentionScore::Linear;
+        local.attention = AttentionScore::Local;
+        local.window = 2;
+        check_layers(" (linear attention)", linear);
+        check_layers(" (local attention, window 2)", local);
+    }
     {  // the loss the model minimises, on (B, T, V) logits with padded targets
         const std::vector<std::int32_t> target = {4, 5, 2, 6, 2, 0};
         out.push_back(gradcheck("label-smoothed loss (eps 0.1, pad ignored)", [target](auto& x) {

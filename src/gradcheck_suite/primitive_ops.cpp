@@ -152,6 +152,14 @@ void check_additive_scores(OpChecks& c) {
             {c.rnd({2, 2, 3, 4}), c.rnd({2, 2, 5, 4}), c.rnd({2, 4})});
 }
 
+// Linear attention's feature map φ(x) = elu(x) + 1 (both sides of its kink at 0) and the prefix sum along
+// the time axis (B, T, D) and along the last axis.
+void check_linear_attention_ops(OpChecks& c) {
+    c.check("elu_plus_one", [](auto& x) { return elu_plus_one(x[0]); }, {c.rnd({3, 7}, -3, 3)});
+    c.check("cumsum over time", [](auto& x) { return cumsum(x[0], 1); }, {c.rnd({2, 5, 3})});
+    c.check("cumsum last axis", [](auto& x) { return cumsum(x[0], -1); }, {c.rnd({3, 4})});
+}
+
 // Attention over heads read in place: self-attention on a fused (B, T, 3C) Q, K, V with a causal mask and
 // dropout, and cross-attention from (B, Tq, C) queries to a (B, Tk, 2C) key/value tensor with a key mask.
 void check_attention_heads(OpChecks& c) {
@@ -241,6 +249,7 @@ void run_all(OpChecks& c) {
     check_activations(c);
     check_softmax(c);
     check_additive_scores(c);
+    check_linear_attention_ops(c);
     check_attention_heads(c);
     check_layer_norm(c);
     check_dropout(c);

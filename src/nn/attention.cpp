@@ -61,16 +61,72 @@ Tensor merge_heads(const Tensor& x) {
     return permute(x, {0, 2, 1, 3}).reshape({B, T, H * D});  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
 }
 
-const char* to_string(AttentionScore s) { return s == AttentionScore::Dot ? "dot" : "additive"; }
+const char* to_string(AttentionScore s) {
+    switch (s) {
+        case AttentionScore::Dot: return "dot";
+        case AttentionScore::Additive: return "additive";
+        case AttentionScore::Linear: return "linear";
+        case AttentionScore::Local: return "local";
+    }
+    return "?";
+}
 
 AttentionScore parse_attention_score(const std::string& s) {
     if (s == "dot") return AttentionScore::Dot;
     if (s == "additive") return AttentionScore::Additive;
-    throw std::invalid_argument("attention scoring '" + s + "' is not one of: dot, additive");
+    if (s == "linear") return AttentionScore::Linear;
+    if (s == "local") return AttentionScore::Local;
+    throw std::invalid_argument("attention scoring '" + s + "' is not one of: dot, additive, linear, local");
 }
 
-MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dropout, AttentionScore score_, bool scaled_)
-    : C(C_), H(H_), D(C_ / H_), score(score_), scaled(scaled_), in_proj_weight(make_param({3 * C_, C_})), in_proj_bias(make_param({3 * C_})),
+namespace {
+// Local attention's band (1, 1, T, T): 0 where |i − j| < W, −∞ elsewhere, added to `mask` (a constant).
+Tensor with_band(const Tensor& mask, std::int64_t T, std::int64_t W) {
+    NoGradGuard constant;
+    Tensor band = Tensor::full({1, 1, T, T}, kNegInf);
+    for (std::int64_t i = 0; i < T; ++i)
+        std::fill(band.data() + i * T + std::max<std::int64_t>(0, i - W + 1), band.data() + i * T + std::min(T, i + W), real(0));
+    return mask.defined() ? add(mask, band) : band;  // (B, 1, T|1, T) + (1, 1, T, T) -> (B, 1, T, T)
+}
+
+// What linear attention reads from an additive mask: which keys exist, and whether query i sees only the
+// keys j ≤ i. keep (B, 1, Tk, 1) is 1 for a key and 0 for a padded one (undefined: every key).
+struct LinearMask {
+    Tensor keep;
+    bool causal = false;
+};
+
+LinearMask linear_mask(const Tensor& mask, std::int64_t Tq, std::int64_t Tk) {
+    LinearMask out;
+    if (!mask.defined()) return out;
+    auto refuse = [&] {
+        throw std::invalid_argument("attention: linear attention takes a key padding mask (B, 1, 1, " + std::to_string(Tk) +
+                                    ") or a causal + padding mask (B, 1, T, T) as causal_padding_mask makes, got " +
+                                    mask.shape().str() + (mask.rank() == 4 ? " of another pattern" : ""));
+    };
+    if (mask.rank() != 4 || mask.size(1) != 1 || mask.size(3) != Tk) refuse();
+    const std::int64_t B = mask.size(0), R = mask.size(2);
+    if (R != 1 && (R != Tq || Tq != Tk)) refuse();
+    const real* m = mask.data();
+    // Row R − 1 sees every key it can: a key padding mask's only row, or a causal mask's last query.
+    out.keep = Tensor::empty({B, 1, Tk, 1});
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t j = 0; j < Tk; ++j) out.keep.data()[b * Tk + j] = m[(b * R + R - 1) * Tk + j] == kNegInf ? 0 : 1;
+    out.causal = R > 1;
+    // A causal mask must be exactly that: −∞ above the diagonal, the last row's padding on and below it.
+    for (std::int64_t b = 0; out.causal && b < B; ++b)
+        for (std::int64_t i = 0; i < R; ++i)
+            for (std::int64_t j = 0; j < Tk; ++j) {
+                const real x = m[(b * R + i) * Tk + j], last = m[(b * R + R - 1) * Tk + j];
+                if (j > i ? x != kNegInf : x != last) refuse();
+            }
+    return out;
+}
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dropout, AttentionScore score_, bool scaled_,
+                                       std::int64_t window_)
+    : C(C_), H(H_), D(C_ / H_), score(score_), scaled(scaled_), window(window_), in_proj_weight(make_param({3 * C_, C_})), in_proj_bias(make_param({3 * C_})),
       out_proj(C_, C_, true), dropout_p(dropout), gate(Tensor::full({1, H_, 1, 1}, 1)) {
     if (H <= 0 || C % H != 0)
         throw std::invalid_argument("attention: d_model " + std::to_string(C) + " is not divisible by heads " +
@@ -78,6 +134,9 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dr
     if (score == AttentionScore::Additive) score_v = make_param({H, D});
     if (!scaled && score != AttentionScore::Dot)
         throw std::invalid_argument(std::string("attention: only dot-product scores are scaled by 1/sqrt(D), not ") + to_string(score));
+    if ((score == AttentionScore::Local) != (window > 0))
+        throw std::invalid_argument("attention: a window (" + std::to_string(window) + ") goes with local attention and local "
+                                    "attention needs one >= 1; attention is " + to_string(score));
 }
 
 Tensor MultiHeadAttention::project_q(const Tensor& x, const Pass& pass) const {
@@ -101,12 +160,16 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
     // (unscaled: Q Kᵀ, whose entries grow like √D, so softmax saturates);
     // or additive: s_ij = v · tanh(q_i + k_j), (B, H, Tq, D), (B, H, Tk, D), (H, D) -> (B, H, Tq, Tk)
     const real s = scaled ? real(1) / std::sqrt(real(D)) : real(1);
-    Tensor scores = score == AttentionScore::Dot ? matmul(q, k, false, true, s) : additive_scores(q, k, score_v);
+    Tensor scores = score == AttentionScore::Additive ? additive_scores(q, k, score_v) : matmul(q, k, false, true, s);
     pass.probe(this, "scores", scores);
     if (mask.defined()) pass.probe(this, "mask", mask);  // added inside softmax
     Tensor weights = softmax(scores, mask);  // (B, H, Tq, Tk), each row sums to 1 over the keys
     pass.probe(this, "weights", weights);
     Tensor context = matmul(dropout(weights, dropout_p, pass), v);  // (B, H, Tq, D)
+    return output(context, pass);
+}
+
+Tensor MultiHeadAttention::output(Tensor context, const Pass& pass) const {
     pass.probe(this, "context", context);
     if (gate.requires_grad() || !is_all_ones(gate)) {
         context = mul(context, gate);  // ξ_h · head_h
@@ -119,8 +182,8 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
     return out;
 }
 
-Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass,
-                                   KVCache* cache) {
+Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const Tensor& mask_given,
+                                   const Pass& pass, KVCache* cache) {
     const bool self = query.same_storage(key_value) && query.shape() == key_value.shape();
     const bool memory_cached = cache && !self && !cache->empty();  // key_value is not read
     if (query.rank() != 3 || query.size(2) != C ||
@@ -129,8 +192,12 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
                                     key_value.shape().str() + " must be (B, T, " + std::to_string(C) + ")");
     if (cache && tape().recording())
         throw std::logic_error("attention: a key/value cache is for inference only (run it under NoGradGuard)");
+    // Local self-attention is dot-product attention under a band mask as well (the cache makes its own).
+    const Tensor mask = score == AttentionScore::Local && self && !cache ? with_band(mask_given, query.size(1), window)
+                                                                           : mask_given;
     // (attention_heads computes the paper's scaled scores only)
-    const bool fused = pass.fuse_attention && score == AttentionScore::Dot && scaled && !cache && !pass.observer &&
+    const bool dot = score == AttentionScore::Dot || score == AttentionScore::Local;
+    const bool fused = pass.fuse_attention && dot && scaled && !cache && !pass.observer &&
                        !gate.requires_grad() && is_all_ones(gate);
     if (fused) {  // the same numbers as attend() below, in one op (ops.h attention_heads)
         Rng unused;
@@ -148,22 +215,86 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
         Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)
         pass.probe(this, "qkv", qkv);
         Tensor q = slice_heads(qkv, 0, C, H);                        // (B, H, T, D)
+        if (!cache && score == AttentionScore::Linear)
+            return attend_linear(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask, pass);
         if (!cache) return attend(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask, pass);
         // Decoding: the new positions' K, V join the cached ones, and each query sees the keys up to its own.
         if (mask.defined())
             throw std::invalid_argument("attention: self-attention with a cache masks by position itself; got a mask " +
                                         mask.shape().str());
+        if (score == AttentionScore::Linear)  // the running sums continue; no keys are kept
+            return attend_linear(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), Tensor(), pass, cache);
         cache->append(qkv, C, 2 * C, H, D);
-        return attend(q, cache->k, cache->v, cache->causal_mask(query.size(1)), pass);  // over (B, H, capacity, D)
+        const Tensor causal = cache->causal_mask(query.size(1), score == AttentionScore::Local ? window : 0);
+        return attend(q, cache->k, cache->v, causal, pass);  // over (B, H, capacity, D)
     }
     Tensor q = project_q(query, pass);  // (B, H, Tq, D)
     if (cache && cache->empty()) {  // cross-attention, first call: the memory's K, V, kept for the later calls
         auto [k, v] = project_kv(key_value, pass);  // (B, H, Tk, D) each
         cache->assign(k, v);
     }
-    if (cache) return attend(q, cache->k, cache->v, mask, pass);
+    if (cache) return score == AttentionScore::Linear ? attend_linear(q, cache->k, cache->v, mask, pass)
+                                                      : attend(q, cache->k, cache->v, mask, pass);
     auto [k, v] = project_kv(key_value, pass);  // (B, H, Tk, D) each
-    return attend(q, k, v, mask, pass);
+    return score == AttentionScore::Linear ? attend_linear(q, k, v, mask, pass) : attend(q, k, v, mask, pass);
+}
+
+// Linear attention, composed: with φ(x) = elu(x) + 1 in place of exp(q·k),
+//   out_i = φ(q_i)ᵀ S / φ(q_i)ᵀ z,   S = Σ_j φ(k_j) v_jᵀ (D, D),   z = Σ_j φ(k_j) (D)
+// over every key (encoder self-attention, cross-attention), or, causal, over j ≤ i: S_i and z_i are prefix
+// sums, which cost T·D² values per head instead of the T² of a weight matrix.
+Tensor MultiHeadAttention::attend_linear(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                         const Pass& pass, KVCache* cache) const {
+    pass.probe(this, "q", q);
+    pass.probe(this, "k", k);
+    pass.probe(this, "v", v);
+    const std::int64_t B = q.size(0), Tq = q.size(2), Tk = k.size(2);
+    const LinearMask m = linear_mask(mask, Tq, Tk);
+    const bool causal = m.causal || cache;
+    Tensor phi_q = elu_plus_one(q);  // (B, H, Tq, D)
+    Tensor phi_k = elu_plus_one(k);  // (B, H, Tk, D)
+    if (m.keep.defined()) phi_k = mul(phi_k, m.keep);  // (B, H, Tk, D) · (B, 1, Tk, 1): padded keys add nothing
+    pass.probe(this, "phi_q", phi_q);
+    pass.probe(this, "phi_k", phi_k);
+    Tensor num, den;  // (B, H, Tq, D) and (B, H, Tq, 1)
+    if (!causal) {
+        Tensor S = matmul(phi_k, v, true, false);  // Σ_j φ(k_j) v_jᵀ: (B, H, Tk, D)ᵀ @ (B, H, Tk, D) -> (B, H, D, D)
+        Tensor z = sum(phi_k, 2, true);           // Σ_j φ(k_j): (B, H, 1, D)
+        num = matmul(phi_q, S);                   // φ(q_i)ᵀ S: (B, H, Tq, D) @ (B, H, D, D) -> (B, H, Tq, D)
+        den = matmul(phi_q, z, false, true);      // φ(q_i)ᵀ z: (B, H, Tq, D) @ (B, H, 1, D)ᵀ -> (B, H, Tq, 1)
+    } else {
+        // S_i = S_0 + Σ_{j ≤ i} φ(k_j) v_jᵀ, with (B·H) heads as one axis (tensors have rank 4 at most);
+        // S_0, z_0 are the cache's sums of the positions before (zero without a cache).
+        const std::int64_t BH = B * q.size(1), D_ = q.size(3);
+        Tensor outer = mul(phi_k.reshape({BH, Tk, D_, 1}), v.reshape({BH, Tk, 1, D_}));  // φ(k_j) v_jᵀ: (BH, T, D, D)
+        Tensor S = cumsum(outer, 1);                                                     // (BH, T, D, D)
+        Tensor z = cumsum(phi_k, 2);                                                     // (B, H, T, D)
+        if (cache && cache->s.defined()) {
+            S = add(S, cache->s.reshape({BH, 1, D_, D_}));  // (BH, T, D, D) + (BH, 1, D, D)
+            z = add(z, cache->z);                           // (B, H, T, D) + (B, H, 1, D)
+        }
+        num = matmul(phi_q.reshape({BH, Tq, 1, D_}), S).reshape({B, q.size(1), Tq, D_});  // φ(q_i)ᵀ S_i: (B, H, T, D)
+        den = sum(mul(phi_q, z), 3, true);                                                // φ(q_i)ᵀ z_i: (B, H, T, 1)
+        if (cache) {  // the sums after the last position, for the next step
+            Tensor s_step = sum(outer, 1).reshape({B, q.size(1), D_, D_});  // (B, H, D, D)
+            Tensor z_step = sum(phi_k, 2, true);                            // (B, H, 1, D)
+            cache->s = cache->s.defined() ? add(cache->s, s_step) : s_step;
+            cache->z = cache->z.defined() ? add(cache->z, z_step) : z_step;
+            cache->length += Tq;
+        }
+    }
+    if (pass.observer && !cache) {  // the weights the sums imply, computed only for someone who listens
+        NoGradGuard constant;
+        Tensor kernel = matmul(phi_q, phi_k, false, true);  // φ(q_i)·φ(k_j): (B, H, Tq, Tk), padded keys 0
+        if (causal) {  // keys j ≤ i only
+            Tensor lower = Tensor::zeros({1, 1, Tq, Tk});  // (1, 1, T, T): 1 on and below the diagonal
+            for (std::int64_t i = 0; i < Tq; ++i) std::fill(lower.data() + i * Tk, lower.data() + i * Tk + i + 1, real(1));
+            kernel = mul(kernel, lower);
+        }
+        pass.probe(this, "scores", kernel);
+        pass.probe(this, "weights", div(kernel, sum(kernel, 3, true)));  // each row sums to 1 over its keys
+    }
+    return output(div(num, den), pass);  // (B, H, Tq, D)
 }
 
 // ---- the key/value cache ----------------------------------------------------------------------------------
@@ -224,20 +355,25 @@ void KVCache::assign(const Tensor& k_all, const Tensor& v_all) {
     length = k_all.size(2);
 }
 
-Tensor KVCache::causal_mask(std::int64_t Tq) const {
+Tensor KVCache::causal_mask(std::int64_t Tq, std::int64_t window) const {
     const std::int64_t cap = capacity(), first = length - Tq;  // the position of the first of the Tq queries
     Tensor m = Tensor::full({1, 1, Tq, cap}, kNegInf);       // (1, 1, Tq, capacity)
-    for (std::int64_t i = 0; i < Tq; ++i) std::fill(m.data() + i * cap, m.data() + i * cap + first + i + 1, real(0));
+    for (std::int64_t i = 0; i < Tq; ++i) {
+        const std::int64_t p = first + i, from = window > 0 ? std::max<std::int64_t>(0, p - window + 1) : 0;
+        std::fill(m.data() + i * cap + from, m.data() + i * cap + p + 1, real(0));  // keys from..p
+    }
     return m;
 }
 
 void KVCache::select_rows(const std::vector<std::int64_t>& from) {
-    if (!k.defined()) return;  // nothing cached yet
+    if (!k.defined() && !s.defined()) return;  // nothing cached yet
     bool identity = static_cast<std::int64_t>(from.size()) == rows();
     for (std::size_t i = 0; identity && i < from.size(); ++i) identity = from[i] == static_cast<std::int64_t>(i);
     if (identity) return;
-    k = gather_rows(k, from);  // (M, H, capacity, D)
-    v = gather_rows(v, from);  // (M, H, capacity, D)
+    if (k.defined()) k = gather_rows(k, from);  // (M, H, capacity, D)
+    if (v.defined()) v = gather_rows(v, from);  // (M, H, capacity, D)
+    if (s.defined()) s = gather_rows(s, from);  // (M, H, D, D)
+    if (z.defined()) z = gather_rows(z, from);  // (M, H, 1, D)
 }
 
 void MultiHeadAttention::visit(ModuleWalk& walk) const {

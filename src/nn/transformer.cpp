@@ -89,6 +89,7 @@ void ModelConfig::validate_settings() const {
     rate("attention_dropout", attention_dropout);
     rate("activation_dropout", activation_dropout);
     integer("max_len", max_len, 1, kMaxPositions);
+    integer("window", window, 0, kMaxPositions);
     integer("pad_id", pad_id, 0, kMaxVocab - 1);
     integer("bos_id", bos_id, 0, kMaxVocab - 1);
     integer("eos_id", eos_id, 0, kMaxVocab - 1);
@@ -105,6 +106,12 @@ void ModelConfig::validate_settings() const {
     if (!score_scaling && attention != AttentionScore::Dot)
         throw std::invalid_argument("model config: score_scaling false (--no-score-scaling) takes the 1/sqrt(D) out of dot-product "
                                     "scores, but attention is '" + std::string(to_string(attention)) + "', which has none");
+    if (attention == AttentionScore::Local && window < 1)
+        throw std::invalid_argument("model config: attention 'local' needs a window: --window W (each query sees the keys "
+                                    "less than W positions away)");
+    if (attention != AttentionScore::Local && window != 0)
+        throw std::invalid_argument("model config: window " + std::to_string(window) + " (--window) is for --attention local, "
+                                    "but attention is '" + to_string(attention) + "'");
     if (!layer_norm && norm == NormPosition::Pre)
         throw std::invalid_argument("model config: layer_norm false (--no-layer-norm) leaves no LayerNorm for norm 'pre' to place "
                                     "before the sublayers (without LayerNorm post and pre are one model: leave norm at 'post')");
@@ -174,7 +181,10 @@ std::optional<ModelConfig> plainest(const ModelConfig& c, const std::string& key
         changed = field != plain;
         field = plain;
     };
-    if (key == "attention") set(v.attention, AttentionScore::Dot);
+    if (key == "attention") {
+        set(v.attention, AttentionScore::Dot);
+        v.window = 0;  // (a window only with local attention)
+    }
     if (key == "output_bias") set(v.output_bias, false);
     if (key == "norm") set(v.norm, NormPosition::Post);
     if (key == "positional") set(v.positional, PositionalKind::Sinusoidal);
@@ -239,7 +249,7 @@ LayerNorm layer_norm_of(const ModelConfig& c) { return c.layer_norm ? LayerNorm(
 }  // namespace
 
 EncoderLayer::EncoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling),
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling, c.window),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
       norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), dropout_p(real(c.dropout)), norm(c.norm),
       residual(c.residual), layer_norm(c.layer_norm) {}
@@ -302,9 +312,10 @@ void EncoderLayer::init(Rng& rng) {
 }
 
 DecoderLayer::DecoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling),
+    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling, c.window),
       multihead_attn(c.decoder_only() ? MultiHeadAttention()
-                                      : MultiHeadAttention(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling)),
+                                      : MultiHeadAttention(c.d_model, c.heads, real(c.attention_dropout), c.attention,
+                                                           c.score_scaling, c.window)),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
       norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), norm3(c.decoder_only() ? LayerNorm() : layer_norm_of(c)),
       dropout_p(real(c.dropout)), norm(c.norm), residual(c.residual), layer_norm(c.layer_norm), causal(c.causal_mask),

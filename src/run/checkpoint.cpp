@@ -155,6 +155,7 @@ void check_config_fits_tensors(const SafetensorsFile& weights, const ModelConfig
         widest.norm = NormPosition::Pre;
         widest.positional = PositionalKind::Learned;
         widest.attention = AttentionScore::Additive;
+        widest.window = 0;            // (a window only with local attention)
         widest.score_scaling = true;  // (additive scores have no scaling to switch off)
         widest.layer_norm = true;
         for (const ParameterShape& p : widest.parameter_shapes())

@@ -114,6 +114,9 @@ public:
             const std::int64_t D = seen.q.defined() ? seen.q.size(3) : 1;
             s.title = config_.attention == AttentionScore::Additive
                           ? "scores = v_h · tanh(q_i + k_j), additive scoring (v (H, D) = score_v)"
+                      : config_.attention == AttentionScore::Linear
+                          ? "kernel φ(q_i)·φ(k_j), φ = elu + 1: linear attention (computed for this view only; the pass "
+                            "itself forms Σ_j φ(k_j) v_jᵀ)"
                       : config_.score_scaling
                           ? "scores = Q Kᵀ / √D (1/√D = " + fmt("%.4f", 1 / std::sqrt(double(D))) + ")"
                           : "scores = Q Kᵀ, not divided by √D (--no-score-scaling; √D = " + fmt("%.4f", std::sqrt(double(D))) + ")";
@@ -138,6 +141,8 @@ public:
         if (probe == "q") seen.q = value;
         if (probe == "k") seen.k = value;
         if (probe == "v" && seen.qkv.defined()) ex_.stages.back().checks.push_back(split_check(seen.qkv, {seen.q, seen.k, value}));
+        if (probe == "weights" && config_.attention == AttentionScore::Linear)
+            s.title = "attention weights implied by linear attention: φ(q_i)·φ(k_j) / Σ_j' φ(q_i)·φ(k_j') over the keys";
         if (probe == "weights") {
             s.checks.push_back(rows_sum_to_one(value, "attention rows"));
             if (seen.mask.defined()) s.checks.push_back(masked_weights_zero(value, seen.mask));

@@ -108,6 +108,19 @@ TEST_CASE("gradcheck: every model block passes, additive attention scoring inclu
     check_all_pass(results);
 }
 
+TEST_CASE("gradcheck: the suite has the efficient attentions, linear and local, in every use", "[gradcheck][attention]") {
+    // They pass with every other block (check_all_pass above); here: that the suite has them.
+    std::set<std::string> names;
+    for (const auto& r : tf::check_model_blocks(1)) names.insert(r.name);
+    for (const char* block : {"attention: linear, causal self + padding mask", "attention: linear, self + key padding mask",
+                              "attention: linear, cross (decoder -> encoder)", "encoder layer (linear attention)",
+                              "decoder layer (linear attention)", "attention: local window 2, causal self + padding mask",
+                              "attention: local window 2, self + key padding mask", "decoder layer (local attention, window 2)"}) {
+        INFO("block " << block);
+        CHECK(names.count(block) == 1);
+    }
+}
+
 TEST_CASE("gradcheck: the switched-off forms of the model pass too", "[gradcheck][break_it]") {
     // Every block with a part switched off is a composition of the same ops, so it passes like the paper's
     // (check_all_pass in the case above); here: that the suite has them.

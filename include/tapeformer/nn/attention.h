@@ -1,6 +1,7 @@
 // Multi-head attention ("Attention Is All You Need", section 3.2):
 //   Attention(Q, K, V) = softmax(Q Kᵀ / √D + mask) V      (or additive scores v·tanh(q_i + k_j), below;
-//                                                          or, to break it, Q Kᵀ without the 1/√D)
+//                                                          or, to break it, Q Kᵀ without the 1/√D;
+//                                                          or linear / local attention, at AttentionScore)
 //   head_h = Attention(x_q W_qʰ, x_kv W_kʰ, x_kv W_vʰ),   MultiHead = concat_h(ξ_h · head_h) W_o
 // with H heads of width D = C / H. ξ_h is the head gate (1 by default): ∂L/∂ξ_h is the head importance of
 // Michel et al. (2019), and ξ_h = 0 masks the head. One module serves the three uses: encoder
@@ -46,9 +47,12 @@ Tensor gather_rows(const Tensor& x, const std::vector<std::int64_t>& from);
 struct KVCache {
     Tensor k, v;              // (N, H, capacity, D): positions [0, length) are filled, the rest are zeros or stale
     std::int64_t length = 0;  // positions filled
+    // Linear attention's causal self-attention keeps no keys: its whole past is two running sums,
+    // s = Σ_j φ(k_j) v_jᵀ (N, H, D, D) and z = Σ_j φ(k_j) (N, H, 1, D), each step adding its own.
+    Tensor s, z;
 
     bool empty() const { return length == 0; }
-    std::int64_t rows() const { return k.defined() ? k.size(0) : 0; }    // N
+    std::int64_t rows() const { return k.defined() ? k.size(0) : s.defined() ? s.size(0) : 0; }  // N
     std::int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
 
     // Positions [length, length + Tq) of every row, read from the in-projection's output x (N, Tq, W): K
@@ -58,15 +62,26 @@ struct KVCache {
     // K, V of a whole sequence at once (cross-attention's projected memory): (N, H, Tk, D) each, length = Tk.
     void assign(const Tensor& k_all, const Tensor& v_all);
     // (1, 1, Tq, capacity) additive mask for the last Tq positions appended: the query at position p sees
-    // the keys at positions 0..p; positions not filled yet get −∞.
-    Tensor causal_mask(std::int64_t Tq) const;
+    // the keys at positions 0..p (with a window W > 0: p − W + 1..p, local attention); positions not filled
+    // yet get −∞.
+    Tensor causal_mask(std::int64_t Tq, std::int64_t window = 0) const;
     // New row i is old row from[i], for every filled position. from may repeat, reorder and drop rows.
     void select_rows(const std::vector<std::int64_t>& from);
 };
 
 // How a query scores a key: the paper's scaled dot product q·k/√D, or Bahdanau et al.'s (2015) additive
-// v·tanh(W_q q + W_k k), where W_q q and W_k k are the query and key projections Q and K.
-enum class AttentionScore { Dot, Additive };
+// v·tanh(W_q q + W_k k), where W_q q and W_k k are the query and key projections Q and K. Two efficient
+// variants change which keys a query weighs, and how:
+//   Linear (Katharopoulos et al. 2020): exp(q·k) replaced by the kernel φ(q)·φ(k), φ(x) = elu(x) + 1, so
+//     out_i = φ(q_i)ᵀ (Σ_j φ(k_j) v_jᵀ) / (φ(q_i)ᵀ Σ_j φ(k_j)): the sums over j are computed once (causal:
+//     as prefix sums over j ≤ i), O(T·D²) instead of O(T²·D), and no T×T weight matrix exists. The mask it
+//     is given must be a key padding mask (B, 1, 1, Tk) or a causal one (B, 1, T, T, as causal_padding_mask
+//     makes); padded keys are dropped from both sums. No dropout on weights (there are none).
+//   Local (sliding window, the sparse pattern of Child et al. 2019 / Beltagy et al. 2020): scaled dot
+//     product, but in self-attention query i sees only the keys j with |i − j| < W (with the causal mask:
+//     the last W positions, itself included). Cross-attention stays full. Built as a band mask on the full
+//     T×T scores: the same O(T²) time and memory as Dot (see docs/lesson-efficient-attention.md).
+enum class AttentionScore { Dot, Additive, Linear, Local };
 const char* to_string(AttentionScore s);
 AttentionScore parse_attention_score(const std::string& s);
 
@@ -75,6 +90,7 @@ struct MultiHeadAttention {
     std::int64_t C = 0, H = 0, D = 0;
     AttentionScore score = AttentionScore::Dot;
     bool scaled = true;     // dot scores divided by √D (false: Q Kᵀ as it is, to watch softmax saturate)
+    std::int64_t window = 0;  // W, local attention's window (AttentionScore::Local only, then ≥ 1)
     Tensor in_proj_weight;  // (3C, C): rows [0, C) are W_q, [C, 2C) W_k, [2C, 3C) W_v — PyTorch's layout
     Tensor in_proj_bias;    // (3C)
     Linear out_proj;        // W_o (C, C) and its bias
@@ -84,7 +100,7 @@ struct MultiHeadAttention {
 
     MultiHeadAttention() = default;
     MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout, AttentionScore score = AttentionScore::Dot,
-                       bool scaled = true);
+                       bool scaled = true, std::int64_t window = 0);
 
     // query (B, Tq, C), key_value (B, Tk, C) -> (B, Tq, C). mask broadcasts to (B, H, Tq, Tk).
     // When query and key_value are the same tensor (self-attention), Q, K and V come from one fused (C -> 3C)
@@ -96,6 +112,9 @@ struct MultiHeadAttention {
     // (B, H, Tq, Tk), "context" (B, H, Tq, D, each head's Σ_j a_ij v_j before its gate), "gate" (after ξ, only
     // when a gate is not 1 or is trained), "merge" (B, Tq, C) and "out_proj" (B, Tq, C). With a cache, Tk is
     // the cache's capacity. A pass with an observer runs the composed form, whose steps the probes name.
+    // Linear attention reports "q", "k", "v", "phi_q", "phi_k" (B, H, T, D), and, only when an observer
+    // listens, the weights its sums imply, a_ij = φ(q_i)·φ(k_j) / Σ_j' φ(q_i)·φ(k_j') over the keys it sees, as
+    // "scores" (the kernel values φ(q_i)·φ(k_j)) and "weights" (B, H, Tq, Tk); then "context" onwards as above.
     Tensor forward(const Tensor& query, const Tensor& key_value, const Tensor& mask, const Pass& pass,
                    KVCache* cache = nullptr);
 
@@ -107,6 +126,11 @@ private:
     std::pair<Tensor, Tensor> project_kv(const Tensor& x, const Pass& pass) const;  // (B, T, C) -> K, V (B, H, T, D)
     // softmax(scores(Q, K) + mask) V, gated, heads merged and projected: -> (B, Tq, C)
     Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Pass& pass) const;
+    // Linear attention's φ(Q) (Σ φ(K) Vᵀ) / (φ(Q) Σ φ(K)), gated, merged and projected: -> (B, Tq, C). With
+    // a cache (causal self-attention, decoding), k and v are the new positions' and the sums continue it.
+    Tensor attend_linear(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Pass& pass,
+                         KVCache* cache = nullptr) const;
+    Tensor output(Tensor context, const Pass& pass) const;  // (B, H, Tq, D) -> gate, merge, W_o -> (B, Tq, C)
 };
 
 // The same attention in its "theory" form: separate W_qʰ, W_kʰ, W_vʰ (D, C) for every head, each head

@@ -60,6 +60,7 @@ struct ModelConfig {
     Tying tie = Tying::None;          // None; Decoder: target embedding = output projection; All: one table
     PositionalKind positional = PositionalKind::Sinusoidal;
     AttentionScore attention = AttentionScore::Dot;  // how queries score keys (the paper: Dot)
+    std::int64_t window = 0;          // W: local attention's window (attention Local only, then >= 1; 0 = none)
     bool output_bias = false;         // logits = x Wᵀ + b instead of x Wᵀ (PyTorch's nn.Linear has the b)
     // Parts of the paper's model that can be switched off to watch what each does ("break it"): every one
     // is on by default, and a model without one is still a model (trained, saved, loaded, decoded).
