@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     // instead of the process ending silently by signal.
     std::signal(SIGPIPE, SIG_IGN);
     tf::watch_standard_output();
-    CLI::App app{"tapeformer: train, inspect and run small encoder-decoder Transformers on the CPU"};
+    CLI::App app{"tapeformer: train, inspect and run small Transformers (encoder-decoder, or decoder-only) on the CPU"};
     app.require_subcommand(1);
     app.fallthrough();
     int threads = 0;

@@ -23,8 +23,10 @@ void add_train_command(CLI::App& app) {
     std::string preset_help = "Fill in unset settings from a preset:";
     for (const Preset& p : train_presets()) preset_help += "\n  " + p.name + ": " + p.description;
 
-    CLI::App* cmd = app.add_subcommand("train", "Train a translation model on two aligned text files (one sentence per line).\n"
-                                                "Example: tapeformer train --preset toy --out runs/toy\n"
+    CLI::App* cmd = app.add_subcommand("train", "Train a translation model on two aligned text files (one sentence per line), or with\n"
+                                                "--arch decoder-only a language model on one text file (--train-src only).\n"
+                                                "Examples: tapeformer train --preset toy --out runs/toy\n"
+                                                "          tapeformer train --preset toy-lm --out runs/toy-lm\n"
                                                 "Settings come from the flags, then --config, then --preset, then the defaults.");
     cmd->add_option("--config", args->config_file,
                     "Read settings from a TOML file of name = value lines (top level or under [train]), such as\n"
