@@ -20,6 +20,7 @@
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/run/train.h"
+#include "copy_task.h"
 #include "helpers.h"
 
 using tf::AttentionScore;
@@ -169,31 +170,10 @@ TEST_CASE("efficient attention: linear and local models learn the copy task", "[
     };
     for (const Kind& kind : {Kind{AttentionScore::Linear, 0, 90}, Kind{AttentionScore::Local, 4, 90}}) {
         INFO(tf::to_string(kind.attention));
-        tf::TrainConfig c;
-        c.data.train_src = tmp / "copy/train.src";
-        c.data.train_tgt = tmp / "copy/train.tgt";
-        c.data.tokenizer = tf::TokenizerKind::word;
-        c.data.vocab_size = 0;
-        c.data.max_len = 12;
-        c.data.batch_tokens = 1100;
-        c.model.d_model = 32;
-        c.model.heads = 2;
-        c.model.ffn = 64;
-        c.model.enc_layers = c.model.dec_layers = 1;
-        c.model.tie = tf::Tying::All;
+        tf::TrainConfig c = tf_test::copy_task_config(tmp / "copy",
+                                                      tmp / ("run-" + std::string(tf::to_string(kind.attention))), 400);
         c.model.attention = kind.attention;
         c.model.window = kind.window;
-        c.model.dropout = c.model.attention_dropout = c.model.activation_dropout = 0;
-        c.optim.schedule.kind = tf::ScheduleKind::Noam;
-        c.optim.schedule.lr = 1.0;
-        c.optim.schedule.warmup = 200;
-        c.max_steps = 400;
-        c.log_every = 100;
-        c.checkpoint_every = 400;
-        c.valid_every = 0;
-        c.valid_bleu = false;
-        c.threads = 2;
-        c.out_dir = tmp / ("run-" + std::string(tf::to_string(kind.attention)));
         std::ostringstream log;
         tf_test::ThreadsGuard threads;
         tf::train(c, log, false);

@@ -14,6 +14,7 @@
 #include "tapeformer/data/tasks.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/run/train.h"
+#include "copy_task.h"
 #include "helpers.h"
 
 using namespace tf_test;
@@ -24,29 +25,8 @@ TEST_CASE("learns: a 1+1-layer model learns the copy task to exact match in 1000
     task.valid = task.test = 500;
     tf::write_sequence_task(tmp / "copy", task);
 
-    tf::TrainConfig c;
-    c.data.train_src = tmp / "copy/train.src";
-    c.data.train_tgt = tmp / "copy/train.tgt";
-    c.data.tokenizer = tf::TokenizerKind::word;
-    c.data.vocab_size = 0;
-    c.data.max_len = 12;
-    c.data.batch_tokens = 1100;  // 100 sequences of 10 + EOS
-    c.model.d_model = 32;
-    c.model.heads = 2;
-    c.model.ffn = 64;
-    c.model.enc_layers = c.model.dec_layers = 1;
-    c.model.tie = tf::Tying::All;
-    c.model.dropout = c.model.attention_dropout = c.model.activation_dropout = 0;
-    c.optim.schedule.kind = tf::ScheduleKind::Noam;
-    c.optim.schedule.lr = 1.0;
-    c.optim.schedule.warmup = 200;
-    c.max_steps = 1000;  // exact from 300 (Release) and 700 (sanitizer build, no -march=native) on an AMD EPYC
-    c.log_every = 100;
-    c.checkpoint_every = 1000;
-    c.valid_every = 0;
-    c.valid_bleu = false;
-    c.threads = 2;
-    c.out_dir = tmp / "run";
+    // Exact from 300 steps (Release) and 700 (sanitizer build, no -march=native) on an AMD EPYC.
+    const tf::TrainConfig c = tf_test::copy_task_config(tmp / "copy", tmp / "run", 1000);
     std::ostringstream log;
     const int threads = tf::num_threads();
     tf::train(c, log, false);

@@ -31,6 +31,7 @@
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/run/train.h"
+#include "copy_task.h"
 #include "helpers.h"
 
 using tf::real;
@@ -358,29 +359,10 @@ TEST_CASE("reference ops: reference mode takes the fast paths out of a model's s
 namespace {
 
 tf::TrainConfig copy_config(const TempDir& tmp, const std::string& out, std::int64_t steps) {
-    tf::TrainConfig c;
-    c.data.train_src = tmp / "copy/train.src";
-    c.data.train_tgt = tmp / "copy/train.tgt";
-    c.data.tokenizer = tf::TokenizerKind::word;
-    c.data.vocab_size = 0;
-    c.data.max_len = 12;
-    c.data.batch_tokens = 1100;  // 100 sequences of 10 + EOS
-    c.model.d_model = 32;
-    c.model.heads = 2;
-    c.model.ffn = 64;
-    c.model.enc_layers = c.model.dec_layers = 1;
-    c.model.tie = tf::Tying::All;
-    c.model.dropout = c.model.attention_dropout = c.model.activation_dropout = 0;
-    c.optim.schedule.kind = tf::ScheduleKind::Noam;
-    c.optim.schedule.lr = 1.0;
-    c.optim.schedule.warmup = 200;
-    c.max_steps = steps;
+    tf::TrainConfig c = tf_test::copy_task_config(tmp / "copy", tmp / out, steps);
     c.log_every = 1;
     c.checkpoint_every = 100000;
-    c.valid_every = 0;
-    c.valid_bleu = false;
     c.threads = 0;
-    c.out_dir = tmp / out;
     return c;
 }
 
