@@ -154,9 +154,10 @@ TEST_CASE("efficient attention: a window goes with local attention only, and loc
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("--attention local"));
 }
 
-// Each attention trains the copy task (data/tasks.h) for 400 steps, a 1+1-layer model, and must then copy
+// Each attention trains the copy task (data/tasks.h) for 1000 steps, a 1+1-layer model, and must then copy
 // most held-out sequences exactly by greedy decoding: the efficient forms learn, their gradients and cached
-// decoding included.
+// decoding included. 1000 steps as in test_learns.cpp: at 400 the linear model copied 90+ of 100 in a
+// Release build but 81 in the sanitizer build (no -march=native: other rounding), too close to the bar.
 TEST_CASE("efficient attention: linear and local models learn the copy task", "[attention][learns][train]") {
     tf_test::TempDir tmp;
     auto task = tf::SequenceTaskOptions::defaults_for(tf::SequenceTask::copy);
@@ -171,7 +172,7 @@ TEST_CASE("efficient attention: linear and local models learn the copy task", "[
     for (const Kind& kind : {Kind{AttentionScore::Linear, 0, 90}, Kind{AttentionScore::Local, 4, 90}}) {
         INFO(tf::to_string(kind.attention));
         tf::TrainConfig c = tf_test::copy_task_config(tmp / "copy",
-                                                      tmp / ("run-" + std::string(tf::to_string(kind.attention))), 400);
+                                                      tmp / ("run-" + std::string(tf::to_string(kind.attention))), 1000);
         c.model.attention = kind.attention;
         c.model.window = kind.window;
         std::ostringstream log;
