@@ -13,22 +13,10 @@ TF_NAMESPACE_BEGIN
 // ---- φ(x) = elu(x) + 1 ---------------------------------------------------------------------------------------
 
 Tensor elu_plus_one(const Tensor& a) {
-    require_defined("elu_plus_one", a, "input");
     // φ(x) = x + 1 for x > 0, eˣ otherwise: positive everywhere, so φ(q)·φ(k) > 0 and the normaliser never
-    // vanishes; φ'(x) = 1 for x > 0, eˣ = φ(x) otherwise.
-    Tensor out = Tensor::empty(a.shape());
-    const real* x = a.data();
-    real* y = out.data();
-    const std::int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] + real(1) : std::exp(x[i]);
-    if (!needs_grad({&a})) return out;
-    return record("elu_plus_one", out, {a}, [](Tensor& y, std::vector<Tensor>& in) {
-        const real* g = y.grad();
-        const real* x = in[0].data();
-        const real* fy = y.data();
-        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return x[i] > 0 ? g[i] : g[i] * fy[i]; });
-    });
+    // vanishes; φ'(x) = 1 for x > 0, eˣ otherwise.
+    return unary("elu_plus_one", a, [](real x) { return x > 0 ? x + real(1) : std::exp(x); },
+                 [](real x) { return x > 0 ? real(1) : std::exp(x); });
 }
 
 // ---- prefix sums along an axis --------------------------------------------------------------------------------

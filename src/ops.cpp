@@ -320,28 +320,6 @@ Tensor sum_all(const Tensor& a) {
 
 // ---- relu, gelu, tanh, sigmoid, exp, log, pow ------------------------------------------------------------
 
-namespace {
-
-// y = f(x) elementwise; backward dx += g · f'(x).
-template <class F, class DF>
-Tensor unary(const char* op, const Tensor& a, F f, DF df) {
-    require_defined(op, a, "input");
-    Tensor out = Tensor::empty(a.shape());
-    const real* x = a.data();
-    real* y = out.data();
-    const std::int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
-    if (!needs_grad({&a})) return out;
-    return record(op, out, {a}, [df](Tensor& y, std::vector<Tensor>& in) {
-        const real* g = y.grad();
-        const real* x = in[0].data();
-        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return g[i] * df(x[i]); });
-    });
-}
-
-}  // namespace
-
 Tensor relu(const Tensor& a) {
     return unary("relu", a, [](real x) { return x > 0 ? x : real(0); },  //
                  [](real x) { return x > 0 ? real(1) : real(0); });

@@ -148,6 +148,24 @@ void for_each_broadcast(const Broadcast& bc, bool parallel, F f) {
     }
 }
 
+// y = f(x) elementwise; backward dx += g · f'(x).
+template <class F, class DF>
+Tensor unary(const char* op, const Tensor& a, F f, DF df) {
+    require_defined(op, a, "input");
+    Tensor out = Tensor::empty(a.shape());
+    const real* x = a.data();
+    real* y = out.data();
+    const std::int64_t n = a.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+    if (!needs_grad({&a})) return out;
+    return record(op, out, {a}, [df](Tensor& y, std::vector<Tensor>& in) {
+        const real* g = y.grad();
+        const real* x = in[0].data();
+        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return g[i] * df(x[i]); });
+    });
+}
+
 // The shared body of add / sub / mul / div. `fwd(x, y)` is the value, `da(x, y, g)` and `db(x, y, g)` the
 // contributions of one output element to the gradients of its two operands.
 template <class Fwd, class DA, class DB>
