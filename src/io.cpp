@@ -260,4 +260,10 @@ std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
     return ~crc;
 }
 
+std::string checksum_str(std::uint32_t crc) {
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", crc);
+    return std::string("crc32c:") + hex;
+}
+
 TF_NAMESPACE_END

@@ -59,12 +59,6 @@ std::string brief(const json& v) {
     return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
-std::string checksum_str(std::uint32_t crc) {
-    char hex[9];
-    std::snprintf(hex, sizeof hex, "%08x", crc);
-    return std::string("crc32c:") + hex;
-}
-
 // Where the 8 hex digits of the checksum stand in the header text, as serialize_safetensors writes it
 // ("tapeformer.checksum":"crc32c:XXXXXXXX"); npos unless that token occurs exactly once. Inside a JSON
 // string every '"' is escaped, so the token cannot hide in a name or a value.

@@ -82,5 +82,7 @@ std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
 inline std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc = 0) {
     return crc32c(bytes.data(), bytes.size(), crc);
 }
+// A checksum as tapeformer writes it in files: "crc32c:" and 8 lower-case hex digits.
+std::string checksum_str(std::uint32_t crc);
 
 TF_NAMESPACE_END

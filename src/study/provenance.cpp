@@ -3,8 +3,6 @@
 
 #include "provenance_json.h"
 
-#include <cstdio>
-
 #include "tapeformer/io.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/study/head_ids.h"
@@ -15,9 +13,7 @@ StudyProvenance study_provenance(ModelBundle& bundle, const std::string& model_a
     StudyProvenance p;
     p.model = model_arg;
     p.weights = bundle.weights_path;
-    char hex[9];
-    std::snprintf(hex, sizeof hex, "%08x", crc32c(read_file(bundle.weights_path)));
-    p.weights_crc32c = std::string("crc32c:") + hex;
+    p.weights_crc32c = checksum_str(crc32c(read_file(bundle.weights_path)));
     p.step = bundle.stamp.step;
     for (const HeadId& h : masked_heads(*bundle.model)) p.masked_heads.push_back(h.str());
     return p;
