@@ -21,6 +21,7 @@
 #include "tapeformer/random.h"
 #include "tapeformer/run/train.h"
 #include "helpers.h"
+#include "training.h"
 
 using tf::Precision;
 using tf_test::PrecisionScope;
@@ -177,16 +178,6 @@ tf::TrainConfig toy_config(const std::string& out_dir, Precision precision) {
     return c;
 }
 
-// The "loss" of each "train" line of DIR/metrics.jsonl.
-std::vector<double> train_losses(const std::string& dir) {
-    std::vector<double> losses;
-    for (const std::string& line : tf_test::split_lines(tf_test::read_all(dir + "/metrics.jsonl"))) {
-        const nlohmann::json m = nlohmann::json::parse(line);
-        if (m.at("type") == "train") losses.push_back(m.at("loss").get<double>());
-    }
-    return losses;
-}
-
 std::string train_logged(const tf::TrainConfig& c) {
     const int threads = tf::num_threads();
     std::ostringstream log;
@@ -207,7 +198,7 @@ TEST_CASE("bf16 training loss tracks the fp32 loss on the toy corpus", "[bf16][t
     // The run stores its precision, so that --resume continues in bf16.
     CHECK(tf_test::read_all(tmp / "bf16" + "/run.json").find("\"precision\": \"bf16\"") != std::string::npos);
 
-    const std::vector<double> fp32 = train_losses(tmp / "fp32"), bf16 = train_losses(tmp / "bf16");
+    const std::vector<double> fp32 = tf_test::train_losses(tmp / "fp32"), bf16 = tf_test::train_losses(tmp / "bf16");
     REQUIRE(fp32.size() == 10);
     REQUIRE(bf16.size() == fp32.size());
     CHECK(bf16 != fp32);  // the products really were bf16

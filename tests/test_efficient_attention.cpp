@@ -20,7 +20,7 @@
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/run/train.h"
-#include "copy_task.h"
+#include "training.h"
 #include "helpers.h"
 
 using tf::AttentionScore;

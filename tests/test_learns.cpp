@@ -14,7 +14,7 @@
 #include "tapeformer/data/tasks.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/run/train.h"
-#include "copy_task.h"
+#include "training.h"
 #include "helpers.h"
 
 using namespace tf_test;

@@ -31,7 +31,7 @@
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/run/train.h"
-#include "copy_task.h"
+#include "training.h"
 #include "helpers.h"
 
 using tf::real;
@@ -366,15 +366,6 @@ tf::TrainConfig copy_config(const TempDir& tmp, const std::string& out, std::int
     return c;
 }
 
-std::vector<double> train_losses(const std::string& dir) {
-    std::vector<double> losses;
-    for (const std::string& line : tf_test::split_lines(tf_test::read_all(dir + "/metrics.jsonl"))) {
-        const nlohmann::json m = nlohmann::json::parse(line);
-        if (m.at("type") == "train") losses.push_back(m.at("loss").get<double>());
-    }
-    return losses;
-}
-
 void write_copy_task(const TempDir& tmp) {
     auto task = tf::SequenceTaskOptions::defaults_for(tf::SequenceTask::copy);
     task.valid = task.test = 100;
@@ -401,7 +392,7 @@ TEST_CASE("reference ops: ten training steps in reference mode give the fast run
         log = train_logged(copy_config(tmp, "reference", 10));
     }
     CHECK(log.find("1 thread; reference ops") != std::string::npos);
-    const std::vector<double> fast = train_losses(tmp / "fast"), ref = train_losses(tmp / "reference");
+    const std::vector<double> fast = tf_test::train_losses(tmp / "fast"), ref = tf_test::train_losses(tmp / "reference");
     REQUIRE(fast.size() == 10);
     REQUIRE(ref.size() == fast.size());
     for (std::size_t i = 0; i < fast.size(); ++i) {
@@ -422,7 +413,7 @@ TEST_CASE("reference ops: a model trained in reference mode learns the copy task
         tf::ReferenceModeScope reference;
         train_logged(c);
     }
-    const std::vector<double> losses = train_losses(tmp / "run");
+    const std::vector<double> losses = tf_test::train_losses(tmp / "run");
     REQUIRE(losses.size() == 6);
     const tf::ModelBundle bundle = tf::load_model_dir(tmp / "run");
     const auto src = tf_test::split_lines(tf_test::read_all(tmp / "copy/test.src"));

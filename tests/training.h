@@ -1,12 +1,17 @@
-// The copy task's training set-up, shared by the cases that train it end to end (learns, reference mode,
-// the attention variants): 1+1 layers, C 32, H 2, F 64, word tokens, batches of 100 sequences of 10 + EOS,
+// What the cases that train end to end share: the copy task's training set-up (learns, reference mode, the
+// attention variants) and reading a run's training losses back.
+//
+// copy_task_config: 1+1 layers, C 32, H 2, F 64, word tokens, batches of 100 sequences of 10 + EOS,
 // Noam schedule with lr 1 and warmup 200, no dropout, no validation, 2 threads, a log line every 100 steps
 // and one checkpoint at the end. A case sets what it varies on the result.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tapeformer/run/train_settings.h"
+#include "helpers.h"
 
 namespace tf_test {
 
@@ -35,6 +40,16 @@ inline tf::TrainConfig copy_task_config(const std::string& copy_dir, const std::
     c.threads = 2;
     c.out_dir = out_dir;
     return c;
+}
+
+// The "loss" of each "train" line of DIR/metrics.jsonl, in order.
+inline std::vector<double> train_losses(const std::string& dir) {
+    std::vector<double> losses;
+    for (const std::string& line : split_lines(read_all(dir + "/metrics.jsonl"))) {
+        const nlohmann::json m = nlohmann::json::parse(line);
+        if (m.at("type") == "train") losses.push_back(m.at("loss").get<double>());
+    }
+    return losses;
 }
 
 }  // namespace tf_test
