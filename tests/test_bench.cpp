@@ -4,15 +4,18 @@
 // profiling must not change what is measured.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "tapeformer/bench/attention_bench.h"
 #include "tapeformer/bench/bench.h"
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/pool.h"
 #include "helpers.h"
 
 using namespace tf;
+using namespace tf_test;
 
 namespace {
 
@@ -186,4 +189,57 @@ TEST_CASE("bench train: bad options name the flag", "[bench]") {
     o = tiny();
     o.min_len_frac = 1.5;
     CHECK_THROWS_WITH(bench_train(o), Catch::Contains("--min-len-frac"));
+}
+
+// `bench attention` (docs/lesson-efficient-attention.md): the figures are there and the mask's size follows
+// from T; no timing thresholds.
+TEST_CASE("bench attention: every kind times a forward + backward and counts its memory, the mask's from T", "[bench][attention]") {
+    for (const AttentionScore kind : {AttentionScore::Dot, AttentionScore::Linear, AttentionScore::Local, AttentionScore::Additive}) {
+        for (const bool causal : {true, false}) {
+            BenchAttentionOptions o;
+            o.kind = kind;
+            o.length = 24;
+            o.window = 5;
+            o.causal = causal;
+            o.reps = 1;
+            const BenchAttentionResult r = bench_attention(o);
+            INFO(r.to_text());
+            CHECK(r.ms_median > 0);
+            CHECK(r.forward_ms_median > 0);
+            CHECK(r.forward_ms_median <= r.ms_median);
+            CHECK(r.peak_mb > 0);
+            // the causal mask is (1, 1, T, T) floats, built before the pass; the encoder's pass has none
+            CHECK(r.mask_mb == Approx(causal ? 24.0 * 24.0 * sizeof(real) / (1024.0 * 1024.0) : 0.0));
+            const std::string head = std::string("attention ") + to_string(kind) + (causal ? " causal" : "") + "  T 24  B 1  C 64  H 4";
+            CHECK(r.to_text().rfind(head, 0) == 0);
+            CHECK((r.to_text().find(" W 5:") != std::string::npos) == (kind == AttentionScore::Local));
+        }
+    }
+}
+
+TEST_CASE("bench attention: bad options name the flag", "[bench][attention]") {
+    BenchAttentionOptions o;
+    o.length = 0;
+    CHECK_THROWS_WITH(bench_attention(o), Catch::Contains("--length"));
+    o = BenchAttentionOptions();
+    o.heads = 3;  // does not divide 64
+    CHECK_THROWS_WITH(bench_attention(o), Catch::Contains("--heads 3"));
+    o = BenchAttentionOptions();
+    o.kind = AttentionScore::Local;
+    o.window = 0;
+    CHECK_THROWS_WITH(bench_attention(o), Catch::Contains("--window"));
+}
+
+TEST_CASE("bench attention: the command prints one line per run and refuses a bad kind in one line", "[bench][attention][cli]") {
+    TempDir tmp("bench_attention");
+    const Run ok = run_cli(tmp, "bench attention --kind local --window 4 --length 16 --reps 1");
+    INFO(ok.err);
+    CHECK(ok.status == 0);
+    CHECK(ok.out.rfind("attention local causal  T 16  B 1  C 64  H 4 W 4: forward+backward ", 0) == 0);
+    CHECK(std::count(ok.out.begin(), ok.out.end(), '\n') == 1);
+    const Run bad = run_cli(tmp, "bench attention --kind cosine --length 16");
+    CHECK(bad.status != 0);
+    CHECK(bad.out.empty());
+    CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
+    CHECK(bad.err.find("cosine") != std::string::npos);
 }
