@@ -59,7 +59,8 @@ EncodedCorpus encode_parallel(const ParallelText& text, const TokenizerPair& tok
     corpus.stats = text.stats;
     corpus.examples.reserve(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {
-        Example e{tokenizers.source->encode(text.source[i]), tokenizers.target->encode(text.target[i])};
+        Example e{tokenizers.source->encode(text.source[i]), tokenizers.target->encode(text.target[i]),
+                  i < text.line.size() ? text.line[i] : 0};
         std::size_t limit = static_cast<std::size_t>(max_len);
         if (max_len > 0 && (e.src.size() > limit || e.tgt.size() > limit)) {
             ++corpus.stats.too_long;

@@ -107,6 +107,7 @@ ParallelText read_parallel(const std::string& source_path, const std::string& ta
         }
         text.source.push_back(std::move(src[i]));
         text.target.push_back(std::move(tgt[i]));
+        text.line.push_back(std::int64_t(i) + 1);
     }
     return text;
 }

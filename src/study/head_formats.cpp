@@ -31,12 +31,15 @@ std::string heads_json(const HeadReport& r, const StudyProvenance& made_from) {
             {"grad_norm", {{"wq", s.grad_wq}, {"wk", s.grad_wk}, {"wv", s.grad_wv}, {"wo", s.grad_wo},
                            {"bq", s.grad_bq}, {"bk", s.grad_bk}, {"bv", s.grad_bv}}},
             {"entropy", s.entropy}, {"entropy_normalised", s.entropy_normalised}, {"confidence", s.confidence},
-            {"eos_share", s.eos_share}, {"bos_share", s.bos_share}, {"value_norm", s.value_norm}};
+            {"eos_share", s.eos_share}, {"bos_share", s.bos_share}, {"value_norm", s.value_norm},
+            {"punctuation_share", s.punctuation_share}, {"rare_share", s.rare_share}, {"rare_argmax_share", s.rare_argmax_share},
+            {"rare_chance", s.rare_chance}, {"rare_queries", s.rare_queries}};
         if (s.id.kind != HeadKind::A) {
             h["mean_distance"] = s.mean_distance;
             h["argmax_offset"] = s.argmax_offset;
             h["argmax_offset_share"] = s.argmax_offset_share;
             h["positional"] = s.argmax_offset_share >= 0.9;
+            h["attention_by_offset"] = s.attention_by_offset;
         }
         heads.push_back(std::move(h));
     }
@@ -49,15 +52,52 @@ std::string heads_json(const HeadReport& r, const StudyProvenance& made_from) {
         {"importance_normalised", r.options.normalise},
         {"dropout", false},
         {"batch_tokens", r.options.batch_tokens},
+        {"attention_by_offset", "mean attention at key offset j - i = -" + std::to_string(kOffsetReach) + " ... " +
+                                    std::to_string(kOffsetReach) + ", the ends pooling the offsets beyond"},
+        {"rare_outside_top", r.options.rare_outside_top},
         {"made_from", provenance_json(made_from)},
         {"heads", heads}};
     return out.dump(1) + "\n";
 }
 
+// JSON whose numbers print at float precision (9 digits): the gradients are floats, and the file has one
+// number per head and token.
+using FloatJson = nlohmann::basic_json<nlohmann::ordered_map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
+
+std::string sentence_heads_json_line(const SentenceHeads& s, const TokenizerPair& tokenizers, const ModelConfig& config) {
+    FloatJson heads = FloatJson::array();
+    for (std::size_t i = 0; i < s.heads.size(); ++i) {
+        const std::vector<double>& g = s.gate_grad[i];
+        double magnitude = 0, sum = 0;
+        for (double v : g) {
+            magnitude += std::fabs(v);
+            sum += v;
+        }
+        heads.push_back({{"head", s.heads[i].str()},
+                         {"importance_token", g.empty() ? 0.0 : magnitude / double(g.size())},
+                         {"importance_sentence", std::fabs(sum)},
+                         {"importance_signed", sum},
+                         {"gate_grad", g}});
+    }
+    FloatJson line = {{"line", s.example->line}};
+    if (!config.decoder_only()) {
+        std::vector<std::string> src;
+        for (std::int32_t id : s.example->src) src.push_back(tokenizers.source->id_to_piece(id));
+        src.push_back(tokenizers.source->id_to_piece(config.eos_id));
+        line["src"] = src;
+    }
+    std::vector<std::string> tgt_in{tokenizers.target->id_to_piece(config.bos_id)};
+    for (std::int32_t id : s.example->tgt) tgt_in.push_back(tokenizers.target->id_to_piece(id));
+    line["tgt_in"] = tgt_in;
+    line["heads"] = heads;
+    return line.dump() + "\n";
+}
+
 std::string heads_csv(const HeadReport& r) {
     std::ostringstream o;
     o << "head,kind,layer,index,importance,importance_raw,importance_signed_raw,masked,grad_wq,grad_wk,grad_wv,grad_wo,grad_bq,grad_bk,grad_bv,"
-         "entropy,entropy_normalised,confidence,eos_share,bos_share,value_norm,mean_distance,argmax_offset,argmax_offset_share\n";
+         "entropy,entropy_normalised,confidence,eos_share,bos_share,value_norm,mean_distance,argmax_offset,argmax_offset_share,"
+         "punctuation_share,rare_share,rare_argmax_share,rare_chance,rare_queries\n";
     o.precision(9);
     for (const HeadStats& s : r.heads) {
         const bool self = s.id.kind != HeadKind::A;
@@ -67,7 +107,8 @@ std::string heads_csv(const HeadReport& r) {
           << s.confidence << ',' << s.eos_share << ',' << s.bos_share << ',' << s.value_norm << ',';
         if (self) o << s.mean_distance << ',' << s.argmax_offset << ',' << s.argmax_offset_share;
         else o << ",,";
-        o << '\n';
+        o << ',' << s.punctuation_share << ',' << s.rare_share << ',' << s.rare_argmax_share << ',' << s.rare_chance << ','
+          << s.rare_queries << '\n';
     }
     return o.str();
 }

@@ -6,6 +6,7 @@
 #include "tapeformer/study/heads.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -34,6 +35,22 @@ const AttentionProbes::Seen& AttentionProbes::of(const MultiHeadAttention& m) co
     if (it == seen_.end() || !it->second.weights.defined() || !it->second.context.defined())
         throw std::logic_error("heads: the pass did not show this attention's weights (was it given the observer?)");
     return it->second;
+}
+
+PunctuationIds punctuation_ids(const TokenizerPair& tokenizers) {
+    auto side = [](const Tokenizer& tok) {
+        std::vector<bool> out(std::size_t(tok.vocab_size()), false);
+        for (std::int32_t id = 0; id < tok.vocab_size(); ++id) {
+            std::string piece = tok.id_to_piece(id);
+            static const std::string word_start = "\xE2\x96\x81";  // "▁"
+            while (piece.compare(0, word_start.size(), word_start) == 0) piece.erase(0, word_start.size());
+            out[std::size_t(id)] = !piece.empty() && std::all_of(piece.begin(), piece.end(), [](char c) {
+                return static_cast<unsigned char>(c) < 128 && std::ispunct(static_cast<unsigned char>(c));
+            });
+        }
+        return out;
+    };
+    return {side(*tokenizers.source), side(*tokenizers.target)};
 }
 
 Granularity parse_granularity(const std::string& name) {
@@ -107,7 +124,47 @@ struct HeadSums {
     double entropy = 0, entropy_normalised = 0, confidence = 0, eos = 0, bos = 0, distance = 0, value_norm = 0;
     std::int64_t queries = 0, normalisable = 0;
     std::map<int, std::int64_t> argmax_offsets;
+    double punctuation = 0, rare = 0, rare_argmax = 0, rare_chance = 0;
+    std::int64_t rare_queries = 0;
+    std::vector<double> by_offset = std::vector<double>(2 * kOffsetReach + 1, 0.0);
 };
+
+// What the statistics know of the keys' tokens: how often each id occurs on each side of the studied pairs,
+// which ids may be a sentence's rarest (not among options.rare_outside_top most frequent), and which are
+// punctuation. Empty in training logs: those statistics are then not taken.
+struct KeyTokens {
+    struct Side {
+        std::vector<std::int64_t> count;  // by id
+        std::vector<bool> rare_enough;    // by id
+        std::vector<bool> punctuation;    // by id (may be empty or shorter: the rest are not)
+        bool is_punctuation(std::int32_t id) const { return std::size_t(id) < punctuation.size() && punctuation[std::size_t(id)]; }
+    };
+    Side source, target;
+    bool known = false;
+};
+
+KeyTokens key_tokens(const std::vector<Example>& examples, const HeadStudyOptions& options) {
+    KeyTokens keys;
+    keys.known = true;
+    auto count = [&](KeyTokens::Side& side, auto tokens_of, const std::vector<bool>& punctuation) {
+        for (const Example& e : examples)
+            for (std::int32_t id : tokens_of(e)) {
+                if (std::size_t(id) >= side.count.size()) side.count.resize(std::size_t(id) + 1, 0);
+                ++side.count[std::size_t(id)];
+            }
+        std::vector<std::int32_t> by_frequency(side.count.size());  // ids, most frequent first, ties by id
+        for (std::size_t i = 0; i < by_frequency.size(); ++i) by_frequency[i] = std::int32_t(i);
+        std::stable_sort(by_frequency.begin(), by_frequency.end(),
+                         [&](std::int32_t a, std::int32_t b) { return side.count[std::size_t(a)] > side.count[std::size_t(b)]; });
+        side.rare_enough.assign(side.count.size(), true);
+        for (std::int64_t i = 0; i < std::min<std::int64_t>(options.rare_outside_top, std::int64_t(by_frequency.size())); ++i)
+            side.rare_enough[std::size_t(by_frequency[std::size_t(i)])] = false;
+        side.punctuation = punctuation;
+    };
+    count(keys.source, [](const Example& e) -> const std::vector<std::int32_t>& { return e.src; }, options.punctuation.source);
+    count(keys.target, [](const Example& e) -> const std::vector<std::int32_t>& { return e.tgt; }, options.punctuation.target);
+    return keys;
+}
 
 struct Attention {
     HeadKind kind;
@@ -119,7 +176,7 @@ struct Attention {
 };
 
 // Adds one batch's gate gradients and attention weights of one attention to its sums.
-void accumulate(Attention& at, const Batch& b, Granularity granularity) {
+void accumulate(Attention& at, const Batch& b, Granularity granularity, const KeyTokens& keys) {
     const MultiHeadAttention& m = *at.module;
     const std::int64_t B = b.B, H = m.H;
     const bool self = at.kind != HeadKind::A;
@@ -129,6 +186,9 @@ void accumulate(Attention& at, const Batch& b, Granularity granularity) {
     const real* o = at.context.data();             // (B, H, Tq, D)
     const real* wo = m.out_proj.weight.data();     // W_o (C, C): head h owns columns [hD, (h+1)D)
     const std::int64_t C = m.C, D = m.D;
+    const KeyTokens::Side& key_side = at.kind == HeadKind::D ? keys.target : keys.source;
+    const std::vector<std::int32_t>& key_ids = at.kind == HeadKind::D ? b.dec_in : b.src;  // (B, Tk)
+    std::vector<char> rarest(static_cast<std::size_t>(Tk), 0);  // per query: which of the keys it sees are its sentence's rarest
     for (std::int64_t h = 0; h < H; ++h) {
         HeadSums& s = at.sums[std::size_t(h)];
         double batch_sum = 0;
@@ -154,6 +214,32 @@ void accumulate(Attention& at, const Batch& b, Granularity granularity) {
                     if (eos) s.eos += p;
                     if (at.kind == HeadKind::D && j == 0) s.bos += p;
                     if (self) s.distance += p * double(std::llabs(t - j));
+                }
+                if (self)
+                    for (std::int64_t j = 0; j < visible; ++j)
+                        s.by_offset[std::size_t(std::clamp<std::int64_t>(j - t, -kOffsetReach, kOffsetReach) + kOffsetReach)] += a[j];
+                if (keys.known) {
+                    const std::int32_t* ids = key_ids.data() + r * Tk;  // (Tk): this row's key tokens
+                    // The keys that hold a token: not the source's EOS, not the decoder's BOS.
+                    const std::int64_t from = at.kind == HeadKind::D ? 1 : 0, to = at.kind == HeadKind::D ? visible : k_len - 1;
+                    std::int64_t fewest = -1;
+                    for (std::int64_t j = from; j < to; ++j) {
+                        s.punctuation += key_side.is_punctuation(ids[j]) ? a[j] : 0.0;
+                        const std::int64_t c = key_side.count[std::size_t(ids[j])];
+                        if (fewest < 0 || c < fewest) fewest = c;
+                    }
+                    std::int64_t n_rarest = 0, first_rarest = -1;
+                    for (std::int64_t j = 0; j < visible; ++j) {
+                        rarest[std::size_t(j)] = j >= from && j < to && key_side.count[std::size_t(ids[j])] == fewest;
+                        if (rarest[std::size_t(j)] && n_rarest++ == 0) first_rarest = j;
+                    }
+                    const bool counts = n_rarest > 0 && key_side.rare_enough[std::size_t(ids[first_rarest])];
+                    if (counts) {
+                        for (std::int64_t j = 0; j < visible; ++j) s.rare += rarest[std::size_t(j)] ? a[j] : 0.0;
+                        s.rare_argmax += rarest[std::size_t(argmax)] ? 1 : 0;
+                        s.rare_chance += double(n_rarest) / double(visible);
+                        ++s.rare_queries;
+                    }
                 }
                 s.entropy += entropy;
                 if (visible > 1) {
@@ -234,6 +320,15 @@ void finish(const Attention& at, bool normalise, std::vector<HeadStats>& out) {
         st.bos_share = s.bos / q;
         st.mean_distance = s.distance / q;
         st.value_norm = s.value_norm / q;
+        st.punctuation_share = s.punctuation / q;
+        if (s.rare_queries > 0) {
+            st.rare_share = s.rare / double(s.rare_queries);
+            st.rare_argmax_share = s.rare_argmax / double(s.rare_queries);
+            st.rare_chance = s.rare_chance / double(s.rare_queries);
+        }
+        st.rare_queries = s.rare_queries;
+        if (at.kind != HeadKind::A)
+            for (double v : s.by_offset) st.attention_by_offset.push_back(v / q);
         for (const auto& [offset, count] : s.argmax_offsets)
             if (double(count) / q > st.argmax_offset_share) {
                 st.argmax_offset = offset;
@@ -257,6 +352,26 @@ double out_projection_product(const MultiHeadAttention& m, std::int64_t h) {
     return s;
 }
 
+// Hands each pair of the batch, in order, its heads' gate gradients at its own query tokens.
+void report_sentences(const std::vector<GatedAttention>& gated, const Batch& b, const std::vector<Example>& examples,
+                      const std::vector<std::int64_t>& indices, const std::function<void(const SentenceHeads&)>& sink) {
+    for (std::int64_t r = 0; r < b.B; ++r) {
+        SentenceHeads s;
+        s.example = &examples[std::size_t(indices[std::size_t(r)])];
+        for (const GatedAttention& at : gated) {
+            const std::int64_t H = at.module->H, Tq = at.kind == HeadKind::E ? b.S : b.T;
+            const std::int64_t q_len = at.kind == HeadKind::E ? b.src_len[r] : b.tgt_len[r];
+            const real* g = std::as_const(at.gate).grad();  // (B, H, Tq, 1)
+            for (std::int64_t h = 0; h < H; ++h) {
+                s.heads.push_back({at.kind, at.layer, int(h)});
+                if (g) s.gate_grad.emplace_back(g + (r * H + h) * Tq, g + (r * H + h) * Tq + q_len);
+                else s.gate_grad.emplace_back(std::size_t(q_len), 0.0);  // (no gradient reached the gate)
+            }
+        }
+        sink(s);
+    }
+}
+
 }  // namespace
 
 std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& batch, const AttentionProbes& probes) {
@@ -266,7 +381,7 @@ std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& ba
             MultiHeadAttention& m = attention_of(model, kind, l);
             const AttentionProbes::Seen& seen = probes.of(m);
             Attention at{kind, l, &m, Tensor(), seen.weights, seen.context, std::vector<HeadSums>(std::size_t(m.H))};
-            accumulate(at, batch, Granularity::batch);  // no gate gradient: the statistics only
+            accumulate(at, batch, Granularity::batch, KeyTokens());  // no gate gradient: the statistics only
             for (std::int64_t h = 0; h < m.H; ++h) {
                 const double product = out_projection_product(m, h);
                 at.sums[std::size_t(h)].importance = std::fabs(product);
@@ -299,17 +414,19 @@ HeadReport study_heads(Transformer& model, const std::vector<Example>& examples,
         if (t.has_grad()) t.zero_grad();
     }
 
+    const KeyTokens keys = key_tokens(examples, options);
     for (const auto& indices : file_order_batches(examples, options.batch_tokens)) {
         const Batch b = make_batch(examples, indices);
         double loss = 0;
         const std::vector<GatedAttention> gated =
             gated_pass(model, b, real(options.smoothed ? options.label_smoothing : 0.0), &loss);
         report.loss += loss;
+        if (options.per_sentence) report_sentences(gated, b, examples, indices, options.per_sentence);
         for (std::size_t i = 0; i < attentions.size(); ++i) {
             attentions[i].gate = gated[i].gate;
             attentions[i].weights = gated[i].weights;
             attentions[i].context = gated[i].context;
-            accumulate(attentions[i], b, options.granularity);
+            accumulate(attentions[i], b, options.granularity, keys);
         }
         report.pairs += b.B;
         report.src_tokens += b.num_src_tokens;

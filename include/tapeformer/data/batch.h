@@ -21,6 +21,7 @@ TF_NAMESPACE_BEGIN
 struct Example {
     std::vector<std::int32_t> src;
     std::vector<std::int32_t> tgt;
+    std::int64_t line = 0;  // 1-based line in the files it was read from; 0 when it came from elsewhere
 };
 
 struct EncodedCorpus {

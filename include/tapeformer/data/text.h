@@ -32,6 +32,7 @@ struct ParallelText {
     std::vector<std::string> source;
     std::vector<std::string> target;
     CorpusStats stats;
+    std::vector<std::int64_t> line;  // 1-based line of each pair in the files (empty pairs skipped between)
 
     std::size_t size() const { return source.size(); }
 };

@@ -13,6 +13,12 @@ std::string heads_json(const HeadReport& report, const StudyProvenance& made_fro
 std::string heads_csv(const HeadReport& report);    // one row per head, a header line first
 std::string heads_tables(const HeadReport& report); // per kind: layers × heads of importance, then entropy
 
+// One line of heads_per_sentence.jsonl: {"line": the pair's line in the files, "src": the E heads' query
+// tokens (source + "</s>"), "tgt_in": the D and A heads' (BOS + target), "heads": [{"head", "importance_token"
+// Σ_t |g_t| / N_q, "importance_sentence" |Σ_t g_t|, "importance_signed" Σ_t g_t, "gate_grad" [g_t per query
+// token]}]}: raw values, never normalised. A decoder-only model's line has no "src".
+std::string sentence_heads_json_line(const SentenceHeads& sentence, const TokenizerPair& tokenizers, const ModelConfig& config);
+
 // One cell of a layers × heads table: a head and its value as text ("0.1234", "closed").
 struct HeadCell {
     HeadId id;

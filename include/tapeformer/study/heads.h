@@ -73,12 +73,41 @@ struct GatedAttention {
 // are restored.
 std::vector<GatedAttention> gated_pass(Transformer& model, const Batch& batch, real label_smoothing, double* loss = nullptr);
 
+// One sentence pair's share of the study (`heads --per-sentence`): every head's gate gradient at each of its
+// query tokens, ∂L/∂ξ_{h,t}. The loss is a sum over the pairs and no pair's forward reads another's, so these
+// are the gradients of this pair's own loss, whatever batch it was in. Its importances at the three
+// granularities follow: token Σ_t |g_t| / N_q, sentence |Σ_t g_t|, signed Σ_t g_t.
+struct SentenceHeads {
+    const Example* example = nullptr;  // the pair: its tokens and its line in the files
+    std::vector<HeadId> heads;         // E layers, then D, then A, as HeadReport
+    // [head][t]: queries t are the source tokens + EOS for E, BOS + the target tokens for D and A
+    std::vector<std::vector<double>> gate_grad;
+};
+
+// Which token ids are punctuation, per side (the keys' tokens: source for E and A, target for D): a piece
+// is punctuation when, without SentencePiece's word-start mark "▁", it is not empty and every byte of it is
+// ASCII punctuation (".", ",", "?!", ...). For the attention statistics' punctuation share.
+struct PunctuationIds {
+    std::vector<bool> source, target;  // by id; empty: no id counts
+};
+PunctuationIds punctuation_ids(const TokenizerPair& tokenizers);
+
+// Attention by relative offset j − i (self-attention): offsets −kOffsetReach … kOffsetReach, the two ends
+// pooling every offset beyond them.
+constexpr int kOffsetReach = 8;
+
 struct HeadStudyOptions {
     std::int64_t batch_tokens = 4096;   // B · max(S, T) per batch; batches are cut in file order
     Granularity granularity = Granularity::token;
     bool smoothed = false;              // the label-smoothed loss instead of the plain NLL
     double label_smoothing = 0.1;       // ε when smoothed
     bool normalise = true;              // divide importances by their L2 norm over each (kind, layer)
+    PunctuationIds punctuation;         // for punctuation_share; empty: it stays 0
+    // Voita et al.'s rare-token measure counts only sentences whose rarest token is not among this many
+    // most frequent token types of the studied side (their 500, in a 60k-type corpus); 0: every sentence.
+    std::int64_t rare_outside_top = 0;
+    // When set, called once per pair, in file order, as the batches are done (heads --per-sentence).
+    std::function<void(const SentenceHeads&)> per_sentence;
 };
 
 struct HeadStats {
@@ -108,6 +137,18 @@ struct HeadStats {
     // ‖Σ_j a_ij v_j W_o^h‖: the norm of what the head adds to the query's output (Kobayashi et al. 2020),
     // mean over queries; a head with large weights on small vectors contributes little.
     double value_norm = 0;
+    // What the keys hold, over the whole data (study_heads; 0 in training logs). Per query, means over queries:
+    double punctuation_share = 0;   // Σ over punctuation keys (options.punctuation) of a_ij
+    // A sentence's rarest keys hold its least frequent token, counted over the studied pairs' side the keys
+    // come from (EOS and BOS are never rare; ties all count; the decoder's among the keys it sees). Over the
+    // queries that have such a key (and whose sentence passes options.rare_outside_top):
+    double rare_share = 0;          // Σ over the rarest keys of a_ij
+    double rare_argmax_share = 0;   // share of queries whose largest weight is on a rarest key (Voita et al. 2019)
+    double rare_chance = 0;         // what uniform attention would give both: mean of rarest keys / visible keys
+    std::int64_t rare_queries = 0;  // the queries these are over
+    // Self-attention (E, D): mean over queries of Σ_{j − i = k} a_ij for k = −kOffsetReach … kOffsetReach at
+    // index k + kOffsetReach, the ends pooling the offsets beyond; empty for A.
+    std::vector<double> attention_by_offset;
 };
 
 struct HeadReport {
