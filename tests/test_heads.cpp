@@ -515,6 +515,14 @@ TEST_CASE("heads prune: the curve starts unpruned, masks by rank in steps, keeps
     for (int i = 0; i < 3; ++i) CHECK(curve[1].masked[std::size_t(i)].str() == ranked[std::size_t(i)].second);
     CHECK(bundle.model->encoder[0].self_attn.gate.to_vector() == std::vector<tf::real>(2, 1));  // gates restored
 
+    // Steps of 10% of 6 heads: 0.6, 1.2, 1.8 ... round up to 1, 2, 2, 3, ...; a step that rounds to the last
+    // one's count is passed over, and the curve goes on to every head.
+    opt.step = 0.1;
+    opt.order = tf::PruneOrder::random;
+    const auto fine = tf::prune_heads(*bundle.model, bundle.tokenizers, src, ref, {}, {}, opt);
+    REQUIRE(fine.size() == 7);
+    for (std::size_t i = 0; i < fine.size(); ++i) CHECK(fine[i].masked.size() == i);
+
     opt.keep_one_per_layer = true;
     opt.order = tf::PruneOrder::random;
     opt.step = 1.0 / 6;

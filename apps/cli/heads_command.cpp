@@ -374,12 +374,12 @@ void add_heads_command(CLI::App& app) {
                                      "without --tgt");
         apply_mask_heads(model, opt->mask);
         const ParallelText text = read_parallel(opt->src, lm ? opt->src : opt->tgt);
-        EncodedCorpus corpus = encode_parallel(text, bundle.tokenizers, std::int32_t(model.config.max_len - 1));
-        if (lm)
-            for (Example& e : corpus.examples) e.src.clear();
-        if (corpus.examples.empty())
-            throw std::runtime_error("--src '" + opt->src + "' and --tgt '" + opt->tgt + "': no pair to study (" +
-                                     corpus.stats.summary() + ")");
+        EncodedCorpus corpus;
+        try {
+            corpus = study_pairs(model, bundle.tokenizers, text);
+        } catch (const std::invalid_argument& e) {
+            throw std::runtime_error("--src '" + opt->src + "' and --tgt '" + opt->tgt + "': " + e.what());
+        }
         if (corpus.stats.too_long > 0 || corpus.stats.empty_skipped > 0)
             std::cerr << "tapeformer: note: " << corpus.stats.summary() << "; pairs longer than the model's "
                       << model.config.max_len - 1 << " tokens are left out\n";

@@ -98,6 +98,13 @@ ParallelText read_parallel(const std::string& source_path, const std::string& ta
         throw std::runtime_error("parallel corpus is not aligned: '" + source_path + "' has " +
                                  std::to_string(src.size()) + " lines but '" + target_path + "' has " +
                                  std::to_string(tgt.size()));
+    return parallel_text(std::move(src), std::move(tgt));
+}
+
+ParallelText parallel_text(std::vector<std::string> src, std::vector<std::string> tgt) {
+    if (src.size() != tgt.size())
+        throw std::invalid_argument("the source has " + std::to_string(src.size()) + " sentences and the target " +
+                                    std::to_string(tgt.size()) + ": they must pair line by line");
     ParallelText text;
     text.stats.pairs_read = static_cast<std::int64_t>(src.size());
     for (std::size_t i = 0; i < src.size(); ++i) {

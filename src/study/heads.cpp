@@ -393,6 +393,14 @@ std::vector<HeadStats> measure_training_step(Transformer& model, const Batch& ba
     return out;
 }
 
+EncodedCorpus study_pairs(const Transformer& model, const TokenizerPair& tokenizers, const ParallelText& text) {
+    EncodedCorpus corpus = encode_parallel(text, tokenizers, std::int32_t(model.config.max_len - 1));
+    if (model.config.decoder_only())
+        for (Example& e : corpus.examples) e.src.clear();
+    if (corpus.examples.empty()) throw std::invalid_argument("no pair to study (" + corpus.stats.summary() + ")");
+    return corpus;
+}
+
 HeadReport study_heads(Transformer& model, const std::vector<Example>& examples, const HeadStudyOptions& options) {
     if (examples.empty()) throw std::invalid_argument("heads: no sentence pairs to study");
     if (options.batch_tokens < 1) throw std::invalid_argument("heads: --batch-tokens must be >= 1");

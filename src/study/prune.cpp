@@ -133,7 +133,10 @@ std::vector<PrunePoint> prune_heads(Transformer& model, const TokenizerPair& tok
             if (contains(masked, h) || (opt.keep_one_per_layer && unmasked_in_layer(masked, h) <= 1)) continue;
             masked.push_back(h);
         }
-        if (masked.size() == before) break;  // nothing left that may be masked
+        if (masked.size() == before) {
+            if (target > before) break;  // nothing left that may be masked
+            continue;                    // with fewer heads than steps, this step rounds to the last one's count
+        }
         curve.push_back(evaluate_masked(masked));
         if (curve.back().bleu < floor) break;
     }

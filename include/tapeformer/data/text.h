@@ -37,6 +37,11 @@ struct ParallelText {
     std::size_t size() const { return source.size(); }
 };
 
+// Pairs two lists of sentences line by line (their sizes must agree: std::invalid_argument otherwise),
+// skipping the pairs where either side is empty (counted in stats.empty_skipped) and keeping each pair's
+// 1-based line.
+ParallelText parallel_text(std::vector<std::string> source, std::vector<std::string> target);
+
 // Reads two files with one sentence per line. Throws if a file cannot be read (path and reason), if the
 // line counts differ (both paths and both counts) or if a line is not valid UTF-8 (path and 1-based line).
 // Pairs where either side is empty are skipped and counted in stats.empty_skipped.

@@ -159,6 +159,11 @@ struct HeadReport {
     HeadStudyOptions options;
 };
 
+// The pairs a study reads, encoded as the model reads them (too long ones left out and counted): a
+// decoder-only model reads the target side alone, BOS + tokens, as in training (give it the text as both
+// sides). Throws std::invalid_argument when no pair is left, with the corpus statistics.
+EncodedCorpus study_pairs(const Transformer& model, const TokenizerPair& tokenizers, const ParallelText& text);
+
 // Runs the model over the pairs (dropout off), accumulating over all batches. The model's gates are left
 // as they were (masked heads stay masked and are measured as such).
 HeadReport study_heads(Transformer& model, const std::vector<Example>& examples, const HeadStudyOptions& options);
