@@ -35,6 +35,14 @@ inline std::vector<tf::Example> random_examples(int n, std::uint64_t seed) {
     return out;
 }
 
+// The study's entry for the head named `name` ("E:0:1"); fails the case when there is none.
+inline const tf::HeadStats& find_head(const tf::HeadReport& r, const std::string& name) {
+    for (const auto& h : r.heads)
+        if (h.id.str() == name) return h;
+    FAIL("no head " << name);
+    return r.heads.front();
+}
+
 // A 1+1-layer model (C 16, 2 heads) trained by the CLI for `steps` steps on data/toy/valid; returns its dir.
 inline std::string train_tiny_model(const TempDir& tmp, int steps) {
     const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/", model = tmp / "model";

@@ -18,13 +18,6 @@ using namespace tf_test;
 
 namespace {
 
-const tf::HeadStats& find(const tf::HeadReport& r, const std::string& name) {
-    for (const auto& h : r.heads)
-        if (h.id.str() == name) return h;
-    FAIL("no head " << name);
-    return r.heads.front();
-}
-
 // Ids 4 and 5 are punctuation on both sides (the tiny model has ids 0..19).
 tf::PunctuationIds punctuation_4_5() {
     tf::PunctuationIds p;
@@ -52,7 +45,7 @@ TEST_CASE("heads: uniform attention puts on punctuation, rare tokens and each of
     const tf::HeadReport r = tf::study_heads(model, data, opt);
 
     // E: 5 queries, each 1/5 on each of 5 keys (4 6 6 7 EOS).
-    const tf::HeadStats& e = find(r, "E:1:3");
+    const tf::HeadStats& e = find_head(r, "E:1:3");
     CHECK(e.punctuation_share == Approx(0.2).epsilon(1e-5));
     CHECK(e.rare_share == Approx(0.4).epsilon(1e-5));   // keys 0 and 3
     CHECK(e.rare_chance == Approx(0.4).epsilon(1e-9));  // what uniform attention gives, exactly
@@ -65,13 +58,13 @@ TEST_CASE("heads: uniform attention puts on punctuation, rare tokens and each of
         CHECK(e.attention_by_offset[std::size_t(k + tf::kOffsetReach)] == Approx(pairs * 0.2 / 5).margin(1e-6));
     }
     // A: the same keys for every target query.
-    const tf::HeadStats& a = find(r, "A:0:0");
+    const tf::HeadStats& a = find_head(r, "A:0:0");
     CHECK(a.punctuation_share == Approx(0.2).epsilon(1e-5));
     CHECK(a.rare_share == Approx(0.4).epsilon(1e-5));
     CHECK(a.attention_by_offset.empty());
     // D: query 0 sees BOS only (no token: no rare key); query t ≥ 1 sees BOS and target tokens 1..t.
     // Counts in the data: 5 once, 8 twice, 9 once. t = 1: {5} rarest; t = 2: {5}; t = 3: {5}; t = 4: {5, 9}.
-    const tf::HeadStats& d = find(r, "D:0:1");
+    const tf::HeadStats& d = find_head(r, "D:0:1");
     CHECK(d.rare_queries == 4);
     const double rare = (1.0 / 2 + 1.0 / 3 + 1.0 / 4 + 2.0 / 5) / 4;
     CHECK(d.rare_share == Approx(rare).epsilon(1e-5));
@@ -86,9 +79,9 @@ TEST_CASE("heads: uniform attention puts on punctuation, rare tokens and each of
     // sentence's rarest (4 and 7, the first of them 4) is among them and no E or A query counts.
     opt.rare_outside_top = 2;
     const tf::HeadReport filtered = tf::study_heads(model, data, opt);
-    CHECK(find(filtered, "E:0:0").rare_queries == 0);
-    CHECK(find(filtered, "E:0:0").rare_share == 0);
-    CHECK(find(filtered, "A:0:0").rare_queries == 0);
+    CHECK(find_head(filtered, "E:0:0").rare_queries == 0);
+    CHECK(find_head(filtered, "E:0:0").rare_share == 0);
+    CHECK(find_head(filtered, "A:0:0").rare_queries == 0);
 }
 
 TEST_CASE("heads: the file's punctuation, rare-token and offset statistics are the means of each pair's own",

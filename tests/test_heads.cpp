@@ -24,18 +24,6 @@
 
 using namespace tf_test;
 
-namespace {
-
-const tf::HeadStats& find(const tf::HeadReport& r, const std::string& name) {
-    for (const auto& h : r.heads)
-        if (h.id.str() == name) return h;
-    FAIL("no head " << name);
-    return r.heads.front();
-}
-
-
-}  // namespace
-
 TEST_CASE("heads: specs are parsed, and every malformed or missing head is named", "[heads]") {
     const tf::ModelConfig c = tiny_head_model();
     const auto heads = tf::parse_head_list("E:0:1,A:0:3,D:0:0,E:0:1", c);
@@ -76,7 +64,7 @@ TEST_CASE("heads: importance is normalised per layer, batch importance is <W_o^h
     CHECK(r.pairs == 12);
     for (const char* layer : {"E:0:", "E:1:", "D:0:", "A:0:"}) {
         double sq = 0;
-        for (int h = 0; h < 4; ++h) sq += std::pow(find(r, layer + std::to_string(h)).importance, 2);
+        for (int h = 0; h < 4; ++h) sq += std::pow(find_head(r, layer + std::to_string(h)).importance, 2);
         CHECK(sq == Approx(1.0).epsilon(1e-9));
     }
     // After the study the parameters hold ∂L/∂θ of the summed NLL: the identity can be checked on them.
@@ -87,7 +75,7 @@ TEST_CASE("heads: importance is normalised per layer, batch importance is <W_o^h
             for (std::int64_t row = 0; row < m.C; ++row)
                 for (std::int64_t k = h * m.D; k < (h + 1) * m.D; ++k)
                     frobenius += double(m.out_proj.weight.data()[row * m.C + k]) * m.out_proj.weight.grad()[row * m.C + k];
-            const tf::HeadStats& s = find(r, tf::HeadId{kind, layer, h}.str());
+            const tf::HeadStats& s = find_head(r, tf::HeadId{kind, layer, h}.str());
             INFO(s.id.str());
             CHECK(s.importance_raw == Approx(std::fabs(frobenius)).epsilon(1e-4));
             CHECK(s.importance_signed_raw == Approx(frobenius).epsilon(1e-4));  // its sign too
@@ -157,14 +145,14 @@ TEST_CASE("heads: with zero query/key weights every head attends uniformly, and 
     data[0].src = {5, 6, 7, 8};   // S = 5 with EOS
     data[0].tgt = {9, 10, 11};    // T = 4 with BOS
     const tf::HeadReport r = tf::study_heads(model, data, {});
-    const tf::HeadStats& e = find(r, "E:0:2");
+    const tf::HeadStats& e = find_head(r, "E:0:2");
     CHECK(e.entropy == Approx(std::log(5.0)).epsilon(1e-5));
     CHECK(e.entropy_normalised == Approx(1.0).epsilon(1e-5));
     CHECK(e.eos_share == Approx(0.2).epsilon(1e-5));
     CHECK(e.confidence == Approx(0.2).epsilon(1e-5));
     CHECK(e.mean_distance == Approx(40.0 / 25).epsilon(1e-5));  // Σ_i Σ_j |i − j| / 25 over 5 positions
     // The causal decoder: query t sees t + 1 keys with weight 1/(t+1) each.
-    const tf::HeadStats& d = find(r, "D:0:0");
+    const tf::HeadStats& d = find_head(r, "D:0:0");
     double entropy = 0, distance = 0, bos = 0;
     for (int t = 0; t < 4; ++t) {
         entropy += std::log(t + 1.0);
@@ -570,11 +558,11 @@ TEST_CASE("heads: the value norm is ||sum_j a_ij v_j W_o^h||: zero without W_o^h
     for (std::int64_t r = 0; r < C; ++r)
         for (std::int64_t c = 0; c < D; ++c) m.out_proj.weight.data()[r * C + 1 * D + c] = 0;  // head 1's columns
     const tf::HeadReport before = tf::study_heads(model, data, {});
-    CHECK(find(before, "A:0:1").value_norm == 0);
-    CHECK(find(before, "A:0:2").value_norm > 0);
-    const double v2 = find(before, "A:0:2").value_norm;
+    CHECK(find_head(before, "A:0:1").value_norm == 0);
+    CHECK(find_head(before, "A:0:2").value_norm > 0);
+    const double v2 = find_head(before, "A:0:2").value_norm;
     for (std::int64_t r = 0; r < C; ++r)
         for (std::int64_t c = 0; c < D; ++c) m.out_proj.weight.data()[r * C + 2 * D + c] *= 2;  // head 2's columns
     // The head's output o (before W_o) of cross-attention 0 does not depend on W_o of the same layer.
-    CHECK(find(tf::study_heads(model, data, {}), "A:0:2").value_norm == Approx(2 * v2).epsilon(1e-5));
+    CHECK(find_head(tf::study_heads(model, data, {}), "A:0:2").value_norm == Approx(2 * v2).epsilon(1e-5));
 }
