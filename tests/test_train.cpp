@@ -2356,7 +2356,9 @@ TEST_CASE("train: --accumulate 4 resumed mid-run equals the uninterrupted run, b
     train_quietly(c);
     const auto stop =
         json::parse(tf::load_safetensors(split + "/" + checkpoint_name(stop_at)).metadata.at("tapeformer.train_state"));
-    CHECK(stop.at("batch_in_epoch") == (stop_at == 3 ? 4 : 6));  // step 2 ends the first epoch's 6 batches
+    // Step 2 took the first epoch's last 2 batches and ended it; step 3 the second epoch's first 4.
+    CHECK(stop.at("epoch") == 1);
+    CHECK(stop.at("batch_in_epoch") == (stop_at == 3 ? 4 : 0));
     tf::TrainConfig resume;
     resume.out_dir = split;
     resume.resume = true;
