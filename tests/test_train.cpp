@@ -2334,3 +2334,57 @@ TEST_CASE("model directory: settings that set no tensor's shape are checked wher
     write_all(path, bytes);
     CHECK_NOTHROW(tf::load_model_dir(tmp / "run"));
 }
+
+// --accumulate 4 over 6 batches per epoch: steps 1, 3, 5 take batches 0-3 of an epoch, steps 2, 4 its
+// last 2 (the epoch's shorter last global batch), so 5 steps cross two epoch boundaries. Stopping at step 3
+// (inside an epoch) or at step 2 (at an epoch's end) and resuming to 5 must give the uninterrupted run's
+// weights, optimizer moments and losses bit for bit; dropout is on (tiny_config), drawn per micro-batch.
+TEST_CASE("train: --accumulate 4 resumed mid-run equals the uninterrupted run, bit for bit", "[train][accumulate]") {
+    const std::int64_t stop_at = GENERATE(2, 3);
+    INFO("stopped at step " << stop_at);
+    Corpus corpus(180, 20);  // 6 batches per epoch
+    TempDir tmp;
+    const std::string straight = tmp / "straight", split = tmp / "split";
+    tf::TrainConfig c = tiny_config(corpus, straight);
+    c.optim.accumulate = 4;
+    c.max_steps = 5;
+    const std::string log = train_quietly(c);
+    CHECK_THAT(log, Catch::Contains("6 batches per epoch"));
+
+    c.out_dir = split;
+    c.max_steps = stop_at;
+    train_quietly(c);
+    const auto stop =
+        json::parse(tf::load_safetensors(split + "/" + checkpoint_name(stop_at)).metadata.at("tapeformer.train_state"));
+    // Step 2 took the first epoch's last 2 batches and ended it; step 3 the second epoch's first 4.
+    CHECK(stop.at("epoch") == 1);
+    CHECK(stop.at("batch_in_epoch") == (stop_at == 3 ? 4 : 0));
+    tf::TrainConfig resume;
+    resume.out_dir = split;
+    resume.resume = true;
+    resume.max_steps = 5;
+    resume.threads = 1;
+    tf::TrainResult result;
+    train_quietly(resume, &result);
+    CHECK(result.steps == 5);
+
+    const auto a = of_type(read_metrics(straight), "train"), b = of_type(read_metrics(split), "train");
+    REQUIRE(a.size() == 5);
+    REQUIRE(b.size() == 5);
+    CHECK(a.back().at("epoch") == 3);  // steps 1-2 epoch 1, 3-4 epoch 2, 5 epoch 3
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        INFO("step " << i + 1);
+        for (const char* key : {"step", "epoch", "loss", "nll", "lr", "grad_norm", "tokens_per_step"})
+            CHECK(a[i].at(key).get<double>() == b[i].at(key).get<double>());
+    }
+    // A global batch of 4 batches holds more target tokens than one batch of the 400-token budget can.
+    CHECK(a[0].at("tokens_per_step").get<double>() > 400);
+    const tf::SafetensorsFile x = tf::load_safetensors(straight + "/" + checkpoint_name(5));
+    const tf::SafetensorsFile y = tf::load_safetensors(split + "/" + checkpoint_name(5));
+    REQUIRE(x.tensors.size() == y.tensors.size());
+    for (const auto& [name, entry] : x.tensors) {
+        INFO(name);
+        REQUIRE(y.tensors.count(name) == 1);
+        CHECK(entry.values == y.tensors.at(name).values);
+    }
+}

@@ -253,6 +253,8 @@ TEST_CASE("train settings: every number is range-checked, overflow included, nam
         }
     }
     tf::TrainArguments args;
+    args.flags = {{"accumulate", "0"}};  // no micro-batch per step
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--accumulate") && Contains("0"));
     args.flags = {{"norm", "middle"}};
     CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--norm") && Contains("post, pre") && Contains("middle"));
     args.flags = {{"valid-bleu", "maybe"}};

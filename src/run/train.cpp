@@ -171,7 +171,9 @@ private:
     void check_data_files();  // --resume: the data files are the ones the run started with
     void check_run_settings(const std::string& path, const RunStamp& stamp) const;
     void check_reachable(const std::string& path) const;
-    void train_step(const Batch& batch);
+    void train_step(const std::vector<Batch>& micro);  // one optimizer step on a global batch
+    std::int64_t steps_per_epoch() const;  // ⌈batches per epoch / --accumulate⌉
+    std::int64_t steps_into_epoch() const;  // the optimizer steps the epoch has taken so far
     void log_progress(bool force_line, bool interrupted = false);
     void validate_before_training();  // step 0's validation loss: where the curves start
     bool validate();  // false when a signal interrupted it (nothing of it kept: the run still owes it)
@@ -499,8 +501,11 @@ void Trainer::build_model() {
     const std::string vocab = m.decoder_only() ? std::to_string(m.tgt_vocab) : std::to_string(m.src_vocab) + "/" + std::to_string(m.tgt_vocab);
     log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
          << m.ffn << ", " << layers << " layers, " << to_string(m.norm) << "-norm, tie "
-         << to_string(m.tie) << ", vocab " << vocab << off << "); " << batcher_->num_batches()
-         << " batches per epoch; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
+         << to_string(m.tie) << ", vocab " << vocab << off << "); " << batcher_->num_batches() << " batches per epoch"
+         << (c_.optim.accumulate > 1 ? " (" + std::to_string(steps_per_epoch()) + " optimizer steps of --accumulate " +
+                                            std::to_string(c_.optim.accumulate) + ")"
+                                      : std::string())
+         << "; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
          << (precision() == Precision::BF16 ? "; bf16 products" : "")
          << (reference_mode() ? "; reference ops (src/reference_ops.cpp)" : "") << "; lr " << c_.optim.schedule.describe()
          << (average_ ? "; validates a weight average (ema " + fmt("%g", c_.optim.ema) + ")" : std::string()) << "\n";
@@ -551,21 +556,27 @@ void Trainer::check_reachable(const std::string& path) const {
         if (s.epoch != 0 || s.batch_in_epoch != 0)
             refuse("is at epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch_in_epoch) +
                    " (--overfit-batch trains one endless epoch)");
-    } else if ((s.step - s.batch_in_epoch) % batches != 0 || (s.step - s.batch_in_epoch) / batches != s.epoch) {
-        // Each batch is one step: step = epoch · batches per epoch + batch_in_epoch (epoch <= step, checked).
+    } else if (s.batch_in_epoch % c_.optim.accumulate != 0 && s.batch_in_epoch != batches) {
+        refuse("is at batch " + std::to_string(s.batch_in_epoch) + " of an epoch, inside a global batch of --accumulate " +
+               std::to_string(c_.optim.accumulate));
+    } else if (const std::int64_t before = s.step - steps_into_epoch(), per = steps_per_epoch();
+               before % per != 0 || before / per != s.epoch) {
+        // Each global batch is one step: step = epoch · steps per epoch + steps into the epoch.
         refuse("is at epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch_in_epoch) + " of it at step " +
-               std::to_string(s.step) + " (with " + std::to_string(batches) + " batches per epoch, step " + std::to_string(s.step) +
-               " is epoch " + std::to_string((s.step - s.batch_in_epoch) / batches + 1) + ")");
+               std::to_string(s.step) + " (with " + std::to_string(per) + " steps per epoch, step " + std::to_string(s.step) +
+               " is epoch " + std::to_string(before / per + 1) + ")");
     }
     if (valid_examples_.empty() && (s.valid_step >= 0 || s.best_step >= 0))
         refuse("records a validation at step " + std::to_string(std::max(s.valid_step, s.best_step)) + " (the run has no validation data)");
     if (s.best_step < 0 && s.best_score != 0) refuse("has a best score without a validation");
     if (s.best_step >= 0 && (c_.valid_bleu ? s.best_score < 0 || s.best_score > 100 : s.best_score > 0))
         refuse("has best score " + fmt("%g", s.best_score) + (c_.valid_bleu ? " (a BLEU is between 0 and 100)" : " (-loss is at most 0)"));
-    // Every step trains on at least one target token (each row ends with EOS) and at most --batch-tokens.
-    if (s.target_tokens < s.step || (s.step > 0 && (s.target_tokens - 1) / c_.data.batch_tokens >= s.step))
+    // Every step trains on at least one target token (each row ends with EOS) and at most --batch-tokens in
+    // each of its --accumulate batches.
+    const std::int64_t step_tokens = c_.data.batch_tokens * c_.optim.accumulate;
+    if (s.target_tokens < s.step || (s.step > 0 && (s.target_tokens - 1) / step_tokens >= s.step))
         refuse("counts " + std::to_string(s.target_tokens) + " target tokens in " + std::to_string(s.step) + " steps of at most " +
-               std::to_string(c_.data.batch_tokens));
+               std::to_string(step_tokens));
     const TrainState::LogWindow& w = s.log_window;
     if (w.tokens < w.steps || w.tokens > s.target_tokens || w.seconds > s.train_seconds)
         refuse("has a log window of " + std::to_string(w.steps) + " steps, " + std::to_string(w.tokens) + " tokens and " +
@@ -610,10 +621,20 @@ void Trainer::write_metrics(const MetricsLine& line) {
     if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
 }
 
-// One step of the library's (train_step.h), and the run's bookkeeping around it: the step count, the
-// dropout stream's position, the log window; the watchers of the step (train.h) and, at --log-every steps,
-// the metrics line's layer_grad_norms read the gradients before clipping.
-void Trainer::train_step(const Batch& b) {
+std::int64_t Trainer::steps_per_epoch() const {
+    return (batcher_->num_batches() + c_.optim.accumulate - 1) / c_.optim.accumulate;
+}
+
+std::int64_t Trainer::steps_into_epoch() const {
+    return (state_.batch_in_epoch + c_.optim.accumulate - 1) / c_.optim.accumulate;
+}
+
+// One step of the library's (train_step.h) on the global batch `micro` (--accumulate batches, fewer at an
+// epoch's end), and the run's bookkeeping around it: the step count, the dropout stream's position, the log
+// window; the watchers of the step (train.h, shown the first micro-batch) and, at --log-every steps, the
+// metrics line's layer_grad_norms read the gradients before clipping.
+void Trainer::train_step(const std::vector<Batch>& micro) {
+    const Batch& b = micro.front();
     const auto t0 = Clock::now();
     ++state_.step;
     StepSettings settings;
@@ -632,8 +653,9 @@ void Trainer::train_step(const Batch& b) {
     };
     StepResult step;
     try {
-        step = tf::train_step(StepParts{*model_, *optimizer_, average_.get(), &dropout_rng_},
-                              StepBatch{b.src, b.dec_in, b.target, b.B, b.S, b.T}, settings, hooks);
+        std::vector<StepBatch> global;
+        for (const Batch& m : micro) global.push_back(StepBatch{m.src, m.dec_in, m.target, m.B, m.S, m.T});
+        step = tf::train_step(StepParts{*model_, *optimizer_, average_.get(), &dropout_rng_}, global, settings, hooks);
     } catch (const NonFiniteStep& e) {
         const std::string where = c_.check_nan ? "; " + e.where : " (run with --check-nan to find the op)";
         throw std::runtime_error("non-finite " + e.value + " at step " + std::to_string(e.step) + where +
@@ -663,8 +685,8 @@ double Trainer::eta_seconds() const {
     double eta = std::numeric_limits<double>::infinity();
     if (c_.max_steps) eta = std::min(eta, double(c_.max_steps - state_.step) * per_step);
     if (c_.epochs) {
-        const std::int64_t total = c_.epochs * batcher_->num_batches();
-        const std::int64_t done = state_.epoch * batcher_->num_batches() + state_.batch_in_epoch;
+        const std::int64_t total = c_.epochs * steps_per_epoch();
+        const std::int64_t done = state_.epoch * steps_per_epoch() + steps_into_epoch();
         eta = std::min(eta, double(total - done) * per_step);
     }
     if (c_.time_budget_minutes) eta = std::min(eta, c_.time_budget_minutes * 60 - state_.train_seconds);
@@ -682,7 +704,8 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
         if (bar_ && Clock::now() - last_bar_ > std::chrono::milliseconds(100) && window.tokens > 0) {
             last_bar_ = Clock::now();
             double total = c_.max_steps ? double(c_.max_steps) : 0;
-            if (c_.epochs) total = total ? std::min(total, double(c_.epochs * batcher_->num_batches())) : double(c_.epochs * batcher_->num_batches());
+            const double epoch_steps = double(c_.epochs * steps_per_epoch());
+            if (c_.epochs) total = total ? std::min(total, epoch_steps) : epoch_steps;
             double frac = total > 0 ? double(state_.step) / total : state_.train_seconds / (c_.time_budget_minutes * 60);
             frac = std::clamp(frac, 0.0, 1.0);
             const int width = 20, filled = static_cast<int>(frac * width);
@@ -709,6 +732,7 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
     line.epoch = state_.epoch + 1;
     line.loss = loss, line.nll = nll, line.ppl = std::exp(nll);
     line.lr = last_lr_, line.grad_norm = last_grad_norm_, line.tok_per_s = tok_s, line.elapsed = state_.train_seconds;
+    line.tokens_per_step = double(window.tokens) / double(window.steps);  // target tokens of an optimizer step
     // [[layer, ‖g‖], ...] of this step, before clipping (tapeformer report draws them); only at log steps.
     if (state_.step % c_.log_every == 0) line.layer_grad_norms = layer_grad_norms_;
     layer_grad_norms_.clear();
@@ -895,22 +919,28 @@ TrainResult Trainer::run() {
     const bool validation_due = c_.valid_every ? state_.step > 0 && state_.step % c_.valid_every == 0
                                                : state_.epoch > 0 && state_.batch_in_epoch == 0;
     if (c_.resume && validation_due) validate();
-    // The batch at the run's data position (epoch, batch_in_epoch): batch_in_epoch of the epoch's plan;
-    // --overfit-batch: the one batch, in one endless epoch (validate() asks for --max-steps or --time-budget).
+    // The global batch at the run's data position (epoch, batch_in_epoch): the --accumulate batches of the
+    // epoch's plan from batch_in_epoch on, or those left when the epoch has fewer (its last global batch is
+    // shorter; the next epoch starts a global batch of its own); --overfit-batch: the one batch, in one
+    // endless epoch (validate() asks for --max-steps or --time-budget, and --accumulate 1).
     std::vector<std::vector<std::int64_t>> plan;  // epoch_plan(plan_epoch)
     std::int64_t plan_epoch = -1;
-    auto next_batch = [&]() {
-        if (c_.overfit_batch) return batcher_->batch(overfit_rows_);
+    auto next_global_batch = [&]() {
+        if (c_.overfit_batch) return std::vector<Batch>{batcher_->batch(overfit_rows_)};
         if (plan_epoch != state_.epoch) {
             plan = batcher_->epoch_plan(state_.epoch);
             plan_epoch = state_.epoch;
         }
-        return batcher_->batch(plan[state_.batch_in_epoch]);
+        const std::int64_t end = std::min(state_.batch_in_epoch + c_.optim.accumulate, batcher_->num_batches());
+        std::vector<Batch> micro;
+        for (std::int64_t i = state_.batch_in_epoch; i < end; ++i) micro.push_back(batcher_->batch(plan[i]));
+        return micro;
     };
     StopReason reason = stop_reason();
     while (reason == StopReason::none) {
-        train_step(next_batch());
-        if (!c_.overfit_batch) ++state_.batch_in_epoch;
+        const std::vector<Batch> global = next_global_batch();
+        train_step(global);
+        if (!c_.overfit_batch) state_.batch_in_epoch += std::int64_t(global.size());
         log_progress(false);
         if (c_.valid_every && state_.step % c_.valid_every == 0) validate();
         if (state_.step % c_.checkpoint_every == 0 || (c_.keep_every && state_.step % c_.keep_every == 0)) checkpoint();

@@ -103,6 +103,12 @@ std::vector<Setting<TrainConfig>> build_table() {
                                 [](auto& c) -> auto& { return c.optim.momentum; }, false, true));
     t.push_back(real_setting<T>("clip", "optim.clip", opt, "Clip the global gradient norm to this (0 = off)", 0, 1e9,
                                 [](auto& c) -> auto& { return c.optim.clip; }));
+    t.push_back(added_later(integer_setting<T>(
+        "accumulate", "optim.accumulate", opt,
+        "Sum the gradients of N consecutive batches into each optimizer step (one global batch of N\n"
+        "micro-batches, the loss averaged over all their target tokens): steps, schedules, checkpoints and\n"
+        "metrics count optimizer steps; an epoch's last global batch holds the batches that are left",
+        1, 65536, [](auto& c) -> auto& { return c.optim.accumulate; })));
     t.push_back(real_setting<T>("label-smoothing", "optim.label_smoothing", opt, "Label smoothing epsilon", 0, 1,
                                 [](auto& c) -> auto& { return c.optim.label_smoothing; }, false, true));
     t.push_back(real_setting<T>("ema", "optim.ema", opt,
@@ -626,6 +632,8 @@ void TrainConfig::validate() const {
     if (resume_changes.log_every.value_or(1) < 1 || resume_changes.checkpoint_every.value_or(1) < 1 ||
         resume_changes.valid_every.value_or(0) < 0 || resume_changes.keep.value_or(1) < 1)
         fail("train: --log-every, --checkpoint-every and --keep must be at least 1 (--valid-every at least 0)");
+    if (overfit_batch && optim.accumulate > 1)
+        fail("train: --overfit-batch trains on one batch, so there is nothing to accumulate: give --accumulate 1");
     if (overfit_batch && (epochs > 0 || (max_steps <= 0 && time_budget_minutes <= 0)))
         fail("train: --overfit-batch repeats one batch, so epochs do not end: stop it with --max-steps or --time-budget");
     optim.schedule.validate();

@@ -60,7 +60,16 @@ NonFiniteStep::NonFiniteStep(bool of_loss_, std::string value_, std::int64_t ste
     : std::runtime_error("non-finite " + value_ + " at step " + std::to_string(step_) + (where_.empty() ? "" : "; " + where_)),
       of_loss(of_loss_), value(std::move(value_)), step(step_), where(std::move(where_)) {}
 
+Rng micro_batch_dropout(const Rng& run_stream, std::int64_t step, std::int64_t k) {
+    return Rng(hash64(hash64(run_stream.seed, static_cast<std::uint64_t>(step)), static_cast<std::uint64_t>(k)));
+}
+
 StepResult train_step(const StepParts& parts, const StepBatch& b, const StepSettings& s, const StepHooks& hooks) {
+    return train_step(parts, std::vector<StepBatch>{b}, s, hooks);
+}
+
+StepResult train_step(const StepParts& parts, const std::vector<StepBatch>& micro, const StepSettings& s,
+                      const StepHooks& hooks) {
     auto begin = [&](StepPhase p) {
         if (hooks.phase_begins) hooks.phase_begins(p);
     };
@@ -71,30 +80,62 @@ StepResult train_step(const StepParts& parts, const StepBatch& b, const StepSett
     if (broken_gradient() != BrokenGradient::None)
         throw std::logic_error(std::string("train step: refusing to train with the deliberately wrong backward ") +
                                to_string(broken_gradient()));
+    if (micro.empty()) throw std::invalid_argument("train step: a global batch of no micro-batches");
     StepResult result;
     Optimizer& optimizer = parts.optimizer;
+    const bool accumulating = micro.size() > 1;
+    // tokens: the global batch's non-pad targets, the loss's denominator (a row always ends with EOS).
+    std::int64_t tokens = 0;
+    for (const StepBatch& b : micro)
+        for (std::int32_t id : b.target) tokens += id != parts.model.config.pad_id;
+    double loss_sum = 0, nll_sum = 0;  // Σ_k L_k · tokens_k, for the report
 
-    begin(StepPhase::forward);
-    Pass pass{parts.dropout};
-    pass.fuse_attention = s.fuse_attention;
-    pass.observer = s.observer;
-    Tensor logits = parts.model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
-    // Nothing reads the logits after the loss's backward, so its gradient may take their memory; not with
-    // check_nan, which keeps the tape to look at every value.
-    Tensor loss = sequence_loss(logits, b.target, parts.model.config.pad_id, real(s.label_smoothing), &result.loss,
-                                /*consume_logits=*/!s.check_nan);
-    logits = Tensor();
-    if (!std::isfinite(result.loss.loss)) {
-        const std::string where = s.check_nan ? first_nonfinite_op() : "";
-        tape().clear();
-        throw NonFiniteStep(true, "loss", s.step, where);
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+        const StepBatch& b = micro[k];
+        begin(StepPhase::forward);
+        Rng own_dropout;
+        if (accumulating && parts.dropout) own_dropout = micro_batch_dropout(*parts.dropout, s.step, std::int64_t(k));
+        Pass pass{accumulating && parts.dropout ? &own_dropout : parts.dropout};
+        pass.fuse_attention = s.fuse_attention;
+        pass.observer = k == 0 ? s.observer : nullptr;
+        Tensor logits = parts.model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
+        // Nothing reads the logits after the loss's backward, so its gradient may take their memory; not with
+        // check_nan, which keeps the tape to look at every value.
+        LossReport report;
+        Tensor loss = sequence_loss(logits, b.target, parts.model.config.pad_id, real(s.label_smoothing), &report,
+                                    /*consume_logits=*/!s.check_nan);  // () mean over this micro-batch's tokens
+        logits = Tensor();
+        if (!std::isfinite(report.loss)) {
+            const std::string where = s.check_nan ? first_nonfinite_op() : "";
+            tape().clear();
+            optimizer.zero_grad(/*set_to_none=*/true);
+            throw NonFiniteStep(true, "loss", s.step, where);
+        }
+        if (!accumulating) result.loss = report;  // one batch: its loss as the loss op computed it
+        loss_sum += report.loss * double(report.tokens);
+        nll_sum += report.nll * double(report.tokens);
+        end(StepPhase::forward);
+
+        begin(StepPhase::backward);
+        if (k == 0) optimizer.zero_grad();
+        // ∂L/∂L_k = tokens_k / tokens: the backward seeded with it adds this micro-batch's share of the
+        // global batch's gradient to what the earlier ones left (backward accumulates with +=). One batch:
+        // seed 1, exactly as a step always was.
+        if (!accumulating) {
+            backward(loss, /*keep_tape=*/s.check_nan, hooks.backward_record);
+        } else {
+            // check_nan keeps the last micro-batch's tape only (an earlier one's backward clears its own).
+            backward(loss, {real(double(report.tokens) / double(tokens))},
+                     /*keep_tape=*/s.check_nan && k + 1 == micro.size(), hooks.backward_record);
+        }
+        end(StepPhase::backward);
     }
-    end(StepPhase::forward);
-
-    begin(StepPhase::backward);
-    optimizer.zero_grad();
-    backward(loss, /*keep_tape=*/s.check_nan, hooks.backward_record);
-    end(StepPhase::backward);
+    if (accumulating) {
+        result.loss.tokens = tokens;
+        result.loss.loss = loss_sum / double(tokens);
+        result.loss.nll = nll_sum / double(tokens);
+        result.loss.ppl = std::exp(result.loss.nll);
+    }
 
     begin(StepPhase::clip);
     // The norm is finite exactly when every gradient is: the pass that clipping needs is the check.

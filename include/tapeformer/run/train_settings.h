@@ -39,6 +39,8 @@ struct OptimConfig {
     double weight_decay = 0;
     double momentum = 0;               // sgd only
     double clip = 1.0;                 // global gradient-norm clipping (0 = off)
+    std::int64_t accumulate = 1;       // micro-batches whose gradients each optimizer step sums (--accumulate):
+                                       // one step = N consecutive batches of the epoch's order, one global batch
     double label_smoothing = 0.1;
     double ema = 0;                    // decay of the weight average that validation scores and the model
                                        // keeps (WeightAverage, optim.h); 0 = none: the last step's weights

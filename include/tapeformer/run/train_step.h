@@ -7,6 +7,14 @@
 //   optimizer.step(lr, clip factor)          clipping as the optimizer's factor     phase "optim"
 //   average.update; zero_grad (set to none)  --ema; gradient memory back to the pool (also "optim")
 //
+// With gradient accumulation (--accumulate N) one step is a global batch of N micro-batches: forward, loss
+// and backward run per micro-batch, each backward seeded with tokens_k / tokens (its share of the global
+// batch's target tokens), so the summed gradients are those of the global batch's mean loss
+//   L = Σ_k Σ_{t ∈ k} ℓ_t / Σ_k tokens_k = Σ_k (tokens_k / tokens) · L_k;
+// clipping and the optimizer then run once. Micro-batch k of step s draws its dropout from its own stream,
+// seeded by (the run's dropout seed, s, k), so that which process computes it changes nothing; one batch
+// (N = 1) draws from the run's stream, as it always has.
+//
 // Whoever times the step, or reads its gradients, does it through StepHooks: the step itself neither
 // times nor logs, so the benchmark measures the step that training runs.
 #pragma once
@@ -54,7 +62,7 @@ enum class StepPhase { forward, backward, clip, optimizer };
 const char* to_string(StepPhase phase);  // "fwd", "bwd", "clip", "optim": bench's phase_ms keys
 
 struct StepResult {
-    LossReport loss;         // of this batch, before the update
+    LossReport loss;         // of this (global) batch, before the update: means over all its target tokens
     double grad_norm = 0;    // ‖g‖₂ of all gradients, before clipping
 };
 
@@ -79,5 +87,13 @@ struct NonFiniteStep : std::runtime_error {
 // One step on `batch`: forward, loss, backward, clip, optimizer step, zero_grad. Throws NonFiniteStep.
 StepResult train_step(const StepParts& parts, const StepBatch& batch, const StepSettings& settings,
                       const StepHooks& hooks = {});
+// One step on the global batch of `micro` (at least one micro-batch), as above. The observer watches the
+// first micro-batch's forward only.
+StepResult train_step(const StepParts& parts, const std::vector<StepBatch>& micro, const StepSettings& settings,
+                      const StepHooks& hooks = {});
+
+// Micro-batch k's dropout stream in step `step` of an accumulating run (N > 1): a pure function of the run's
+// dropout seed, the step and k.
+Rng micro_batch_dropout(const Rng& run_stream, std::int64_t step, std::int64_t k);
 
 TF_NAMESPACE_END
