@@ -248,7 +248,10 @@ TEST_CASE("efficient attention: local attention's band op, its probed form and i
             tf::Pass listened;
             listened.observer = &probe;
             const Tensor y_full = local.forward(x, x, mask, listened);  // composed over (T, T), weights shown
-            for (std::int64_t t = 0; t < T; ++t) check_rows_equal(y_band, t, y_full, t, 1e-5);
+            double max_diff = 0;  // float rounding only (run with -s to see it)
+            for (std::int64_t n = 0; n < y_band.numel(); ++n)
+                max_diff = std::max(max_diff, double(std::abs(y_band.data()[n] - y_full.data()[n])));
+            CHECK(max_diff < 1e-5);
             REQUIRE(probe.weights.defined());
             REQUIRE(probe.weights.shape() == tf::Shape{B, H, T, T});
             for (std::int64_t i = 0; i < T; ++i)  // zero outside the window
