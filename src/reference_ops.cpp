@@ -13,6 +13,7 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
+#include "ops_kernels.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -310,6 +311,31 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
     Tensor weights = reference::softmax(scores, mask);                          // (B, H, Tq, Tk), rows sum to 1
     Tensor context = reference::matmul(dropout(weights, p, rng, training), v);  // (B, H, Tq, D)
     return reshape(permute(context, {0, 2, 1, 3}), Shape{B, Tq, C});            // heads side by side: (B, Tq, H·D)
+}
+
+Tensor band_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, std::int64_t W,
+                      bool causal, real scale, real p, Rng& rng, bool training) {
+    const std::int64_t B = q.size(0), H = q.size(1), T = q.size(2), L = band_width(W, causal);
+    const real neg_inf = -std::numeric_limits<real>::infinity();
+    Tensor mask = Tensor::full({B, 1, T, T}, neg_inf);  // (B, 1, T, T): the key mask inside the band, −∞ outside
+    for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t i = 0; i < T; ++i)
+            for (std::int64_t j = std::max<std::int64_t>(0, i - W + 1); j < std::min(T, i - W + 1 + L); ++j)
+                mask.data()[(b * T + i) * T + j] = key_mask.defined() ? key_mask.data()[b * T + j] : real(0);
+    Tensor scores = reference::matmul(q, k, false, true, scale);  // Q Kᵀ·scale: (B, H, T, T)
+    Tensor weights = reference::softmax(scores, mask);            // (B, H, T, T), zero outside the band
+    if (training && p > 0) {  // band_attention's draws, slot s of row i at column j = i − W + 1 + s
+        const DropoutDraws draws(rng, B * H * T * L, p);
+        Tensor keep = Tensor::zeros({B, H, T, T});  // (B, H, T, T): 0 or 1/(1−p), a constant
+        for (std::int64_t bh = 0; bh < B * H; ++bh)
+            for (std::int64_t i = 0; i < T; ++i)
+                for (std::int64_t s = 0; s < L; ++s) {
+                    const std::int64_t j = i - W + 1 + s;
+                    if (j >= 0 && j < T) keep.data()[(bh * T + i) * T + j] = draws.apply((bh * T + i) * L + s, real(1));
+                }
+        weights = mul(weights, keep);
+    }
+    return reference::matmul(weights, v);  // (B, H, T, D)
 }
 
 }  // namespace reference

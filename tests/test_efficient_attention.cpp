@@ -17,6 +17,7 @@
 #include "tapeformer/nn/attention.h"
 #include "tapeformer/nn/linear.h"
 #include "tapeformer/ops.h"
+#include "tapeformer/reference_ops.h"
 #include "tapeformer/run/checkpoint.h"
 #include "tapeformer/run/evaluate.h"
 #include "tapeformer/run/train.h"
@@ -140,6 +141,124 @@ TEST_CASE("efficient attention: local attention sees only its window", "[attenti
         if (causal) CHECK(moved == 0);
         else CHECK(moved > 1e-4);
     }
+}
+
+namespace {
+// The band op's output and its gradients for q, k, v under the upstream gradient up (B, H, T, D).
+struct BandRun {
+    std::vector<real> out, dq, dk, dv;
+};
+
+template <class F>
+BandRun run_band(F attention, const Tensor& q0, const Tensor& k0, const Tensor& v0, const std::vector<real>& up) {
+    Tensor q = q0.clone(), k = k0.clone(), v = v0.clone();
+    for (Tensor* t : {&q, &k, &v}) t->set_requires_grad();
+    Tensor y = attention(q, k, v);  // (B, H, T, D)
+    BandRun r;
+    r.out.assign(y.data(), y.data() + y.numel());
+    tf::backward(y, up);
+    r.dq.assign(q.grad(), q.grad() + q.numel());
+    r.dk.assign(k.grad(), k.grad() + k.numel());
+    r.dv.assign(v.grad(), v.grad() + v.numel());
+    return r;
+}
+
+void check_same(const std::vector<real>& a, const std::vector<real>& b, const char* what) {
+    INFO(what);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-5));
+}
+}  // namespace
+
+TEST_CASE("efficient attention: the band op equals attention over the full (T, T) scores under a band mask",
+          "[attention][local][ops]") {
+    const std::int64_t B = 2, H = 2, T = 9, D = 4;
+    const real scale = real(1) / std::sqrt(real(D)), inf = std::numeric_limits<real>::infinity();
+    const Tensor q = tf::reshape(random_input(B, H * T, D, 1), tf::Shape{B, H, T, D}),
+                 k = tf::reshape(random_input(B, H * T, D, 2), tf::Shape{B, H, T, D}),
+                 v = tf::reshape(random_input(B, H * T, D, 3), tf::Shape{B, H, T, D});
+    const Tensor up_t = random_input(1, 1, B * H * T * D, 4);
+    const std::vector<real> up(up_t.data(), up_t.data() + up_t.numel());
+    Tensor key_mask = Tensor::zeros({B, 1, 1, T});  // batch row 1: its last 3 keys are padding
+    for (std::int64_t j = T - 3; j < T; ++j) key_mask.data()[T + j] = -inf;
+    for (std::int64_t W : {1, 2, 4, 9, 20})
+        for (bool causal : {false, true})
+            for (bool padded : {false, true}) {
+                INFO("W " << W << ", causal " << causal << ", padded " << padded);
+                const Tensor km = padded ? key_mask : Tensor();
+                // The full mask: −∞ outside |i − j| < W (causal: i − W < j ≤ i), the key mask inside.
+                Tensor full = Tensor::full({B, 1, T, T}, -inf);  // (B, 1, T, T)
+                for (std::int64_t b = 0; b < B; ++b)
+                    for (std::int64_t i = 0; i < T; ++i)
+                        for (std::int64_t j = 0; j < T; ++j)
+                            if (j - i < (causal ? 1 : W) && i - j < W) full.data()[(b * T + i) * T + j] = padded ? key_mask.data()[b * T + j] : 0;
+                const BandRun composed = run_band([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+                    return tf::matmul(tf::softmax(tf::matmul(a, b, false, true, scale), full), c);  // (B, H, T, D)
+                }, q, k, v, up);
+                const BandRun band = run_band([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+                    tf::Rng rng(1);
+                    return tf::band_attention(a, b, c, km, W, causal, scale, real(0), rng);
+                }, q, k, v, up);
+                check_same(band.out, composed.out, "output");
+                check_same(band.dq, composed.dq, "dq");
+                check_same(band.dk, composed.dk, "dk");
+                check_same(band.dv, composed.dv, "dv");
+                // With dropout: the reference form draws the same mask per band slot.
+                auto with_dropout = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+                    tf::Rng rng(3);
+                    return tf::band_attention(a, b, c, km, W, causal, scale, real(0.3), rng);
+                };
+                const BandRun fast = run_band(with_dropout, q, k, v, up);
+                tf::ReferenceModeScope reference;
+                const BandRun plain = run_band(with_dropout, q, k, v, up);
+                check_same(fast.out, plain.out, "output, dropout");
+                check_same(fast.dq, plain.dq, "dq, dropout");
+                check_same(fast.dk, plain.dk, "dk, dropout");
+                check_same(fast.dv, plain.dv, "dv, dropout");
+            }
+}
+
+namespace {
+// Keeps the "weights" probe: a listener makes local attention show its (T, T) weights (the composed form).
+struct WeightsProbe : tf::ForwardObserver {
+    Tensor weights;
+    void probe(const void*, const char*, const char* name, const Tensor& value) override {
+        if (std::string(name) == "weights") weights = value.clone();
+    }
+};
+}  // namespace
+
+TEST_CASE("efficient attention: local attention's band op, its probed form and its head gates agree",
+          "[attention][local][heads]") {
+    tf::NoGradGuard no_grad;
+    const std::int64_t B = 2, T = 10, C = 8, H = 2, W = 3;
+    MultiHeadAttention local(C, H, real(0), AttentionScore::Local, true, W);
+    tf::Rng rng(11);
+    local.init(rng);
+    const Tensor x = random_input(B, T, C, 12);
+    std::vector<std::int32_t> ids(B * T, 1);
+    ids[T + T - 1] = ids[T + T - 2] = 0;  // batch row 1 ends in two pads
+    for (bool causal : {false, true})
+        for (real gate1 : {real(1), real(0)}) {  // head 1 kept, or masked as --mask-heads does
+            INFO("causal " << causal << ", head 1 gate " << gate1);
+            local.gate.data()[1] = gate1;
+            const Tensor mask = causal ? tf::causal_padding_mask(ids, B, T, 0) : tf::key_padding_mask(ids, B, T, 0);
+            const Tensor y_band = local.forward(x, x, mask, tf::Pass{});  // the band op
+            WeightsProbe probe;
+            tf::Pass listened;
+            listened.observer = &probe;
+            const Tensor y_full = local.forward(x, x, mask, listened);  // composed over (T, T), weights shown
+            double max_diff = 0;  // float rounding only (run with -s to see it)
+            for (std::int64_t n = 0; n < y_band.numel(); ++n)
+                max_diff = std::max(max_diff, double(std::abs(y_band.data()[n] - y_full.data()[n])));
+            CHECK(max_diff < 1e-5);
+            REQUIRE(probe.weights.defined());
+            REQUIRE(probe.weights.shape() == tf::Shape{B, H, T, T});
+            for (std::int64_t i = 0; i < T; ++i)  // zero outside the window
+                for (std::int64_t j = 0; j < T; ++j)
+                    if (j - i >= (causal ? 1 : W) || i - j >= W) CHECK(probe.weights.data()[i * T + j] == 0);
+        }
+    local.gate.data()[1] = 1;
 }
 
 TEST_CASE("efficient attention: a window goes with local attention only, and local needs one", "[attention][settings]") {

@@ -131,6 +131,17 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
                        std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training = true);
 
+// ---- local attention (band_attention_ops.cpp) ------------------------------------------------------------
+// Sliding-window attention over H heads, O(T·W·D): query i sees key j = i − W + 1 + s for the slots s of a
+// band of band_width(W, causal) = W (causal: i − W < j ≤ i) or 2W − 1 (|i − j| < W). q, k, v (B, H, T, D);
+// key_mask (optional) the additive key padding mask (B, 1, 1, T) of 0 and −∞; scores q·k·scale; softmax over
+// the band; dropout with probability p on the weights when `training`, one draw per band slot from rng.
+// Returns the context (B, H, T, D). Equals softmax(Q Kᵀ·scale + band and key masks) V over the full (T, T)
+// (reference::band_attention) within float rounding. Backward keeps the band's weights (B, H, T, band).
+std::int64_t band_width(std::int64_t W, bool causal);
+Tensor band_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, std::int64_t W,
+                      bool causal, real scale, real p, Rng& rng, bool training = true);
+
 // ---- linear attention's primitives (linear_attention_ops.cpp) -------------------------------------------
 // φ(x) = elu(x) + 1 elementwise (x + 1 for x > 0, eˣ otherwise): the positive feature map of linear attention
 // (Katharopoulos et al. 2020), so that φ(q)·φ(k) > 0 can stand in for exp(q·k).

@@ -61,6 +61,10 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
                        std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training = true);
 
+// Local attention as the composition it equals: Q Kᵀ·scale over the full (T, T), the band and key masks
+// added inside softmax, dropout drawn per band slot (band_attention's draws) as a constant multiplier, @ V.
+Tensor band_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, std::int64_t W,
+                      bool causal, real scale, real p, Rng& rng, bool training = true);
 }  // namespace reference
 
 TF_NAMESPACE_END

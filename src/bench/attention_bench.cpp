@@ -1,6 +1,7 @@
 // `tapeformer bench attention`: one self-attention's forward + backward, timed and its memory counted, for
 // the lesson on efficient attention (docs/lesson-efficient-attention.md). The module is the model's own
-// (nn/attention.h), run as training runs it (Pass::fuse_attention, so dot and local use attention_heads).
+// (nn/attention.h), run as training runs it (Pass::fuse_attention, so dot uses attention_heads; local uses
+// band_attention, which computes only the (T, W) band).
 #include "tapeformer/bench/attention_bench.h"
 
 #include <time.h>

@@ -1,6 +1,7 @@
 // The suite of primitive-op gradient checks behind `tapeformer gradcheck`: every op of ops.h on small
 // random inputs, grouped as in ops.h. Each group is one function; check_primitive_ops runs them in order.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "tapeformer/gradcheck_suite.h"
@@ -179,6 +180,27 @@ void check_attention_heads(OpChecks& c) {
     }, {c.rnd({2, 3, 4}), c.rnd({2, 4, 8})});
 }
 
+// Local attention over a band (q, k, v (B, H, T, D) = (2, 2, 5, 3)): causal with dropout, both directions
+// with a padded key, and a window wider than the sequence (every key in reach).
+void check_band_attention(OpChecks& c) {
+    const real inf = std::numeric_limits<real>::infinity();
+    const real scale = real(1) / std::sqrt(real(3));
+    c.check("band_attention causal W=2, dropout p=0.3", [scale](auto& x) {
+        Rng rng(5);
+        return band_attention(x[0], x[1], x[2], Tensor(), 2, true, scale, real(0.3), rng);
+    }, {c.rnd({2, 2, 5, 3}), c.rnd({2, 2, 5, 3}), c.rnd({2, 2, 5, 3})});
+    Tensor key_mask = Tensor::zeros({2, 1, 1, 5});
+    key_mask.data()[5 + 4] = -inf;  // the last key of batch row 1 is padding
+    c.check("band_attention both sides W=2, key padding", [key_mask, scale](auto& x) {
+        Rng rng(5);
+        return band_attention(x[0], x[1], x[2], key_mask, 2, false, scale, real(0), rng);
+    }, {c.rnd({2, 2, 5, 3}), c.rnd({2, 2, 5, 3}), c.rnd({2, 2, 5, 3})});
+    c.check("band_attention causal W=7 > T, key padding", [key_mask, scale](auto& x) {
+        Rng rng(5);
+        return band_attention(x[0], x[1], x[2], key_mask, 7, true, scale, real(0), rng);
+    }, {c.rnd({2, 2, 5, 3}), c.rnd({2, 2, 5, 3}), c.rnd({2, 2, 5, 3})});
+}
+
 // Layer norm, and the fused residual add + layer norm of post-norm layers.
 void check_layer_norm(OpChecks& c) {
     c.check("layer_norm", [](auto& x) { return layer_norm(x[0], x[1], x[2]); },
@@ -251,6 +273,7 @@ void run_all(OpChecks& c) {
     check_additive_scores(c);
     check_linear_attention_ops(c);
     check_attention_heads(c);
+    check_band_attention(c);
     check_layer_norm(c);
     check_dropout(c);
     check_gates(c);

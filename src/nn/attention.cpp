@@ -192,7 +192,14 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
                                     key_value.shape().str() + " must be (B, T, " + std::to_string(C) + ")");
     if (cache && tape().recording())
         throw std::logic_error("attention: a key/value cache is for inference only (run it under NoGradGuard)");
-    // Local self-attention is dot-product attention under a band mask as well (the cache makes its own).
+    // Local self-attention, uncached: the band op, O(T·W), unless a probe listens (it is shown the full
+    // (T, T) weights, so it gets the composition below under a band mask) or the mask is not a key padding
+    // or causal + padding one.
+    if (score == AttentionScore::Local && self && !cache && scaled && !pass.observer) {
+        const Tensor context = attend_band(query, mask_given, pass);
+        if (context.defined()) return output(context, pass);
+    }
+    // Otherwise local self-attention is dot-product attention under a band mask (the cache makes its own).
     const Tensor mask = score == AttentionScore::Local && self && !cache ? with_band(mask_given, query.size(1), window)
                                                                            : mask_given;
     // (attention_heads computes the paper's scaled scores only)
@@ -225,7 +232,11 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
         if (score == AttentionScore::Linear)  // the running sums continue; no keys are kept
             return attend_linear(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), Tensor(), pass, cache);
         cache->append(qkv, C, 2 * C, H, D);
-        const Tensor causal = cache->causal_mask(query.size(1), score == AttentionScore::Local ? window : 0);
+        if (score == AttentionScore::Local) {  // only the last W keys: each step O(W), whatever the length
+            const KVCache::Window w = cache->window_slice(query.size(1), window);
+            return attend(q, w.k, w.v, w.mask, pass);  // over (B, H, ≤ W + Tq − 1, D)
+        }
+        const Tensor causal = cache->causal_mask(query.size(1), 0);
         return attend(q, cache->k, cache->v, causal, pass);  // over (B, H, capacity, D)
     }
     Tensor q = project_q(query, pass);  // (B, H, Tq, D)
@@ -237,6 +248,35 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
                                                       : attend(q, cache->k, cache->v, mask, pass);
     auto [k, v] = project_kv(key_value, pass);  // (B, H, Tk, D) each
     return score == AttentionScore::Linear ? attend_linear(q, k, v, mask, pass) : attend(q, k, v, mask, pass);
+}
+
+// Local self-attention as one op over the band (ops.h band_attention): the in-projection, then
+// softmax(q_i·k_j/√D + mask_j) over the keys |i − j| < W (causal: i − W < j ≤ i), weighted sum of their values.
+// Undefined when the mask is of another pattern than linear_mask reads (the caller then composes).
+Tensor MultiHeadAttention::attend_band(const Tensor& x, const Tensor& mask, const Pass& pass) const {
+    const std::int64_t B = x.size(0), T = x.size(1);
+    LinearMask m;
+    try {
+        m = linear_mask(mask, T, T);
+    } catch (const std::invalid_argument&) {
+        return Tensor();
+    }
+    Tensor key_mask;  // (B, 1, 1, T): 0 for a key, −∞ for a padded one
+    if (m.keep.defined()) {
+        NoGradGuard constant;
+        key_mask = Tensor::zeros({B, 1, 1, T});
+        const std::int64_t Bm = m.keep.size(0);
+        for (std::int64_t b = 0; b < B; ++b)
+            for (std::int64_t j = 0; j < T; ++j)
+                if (m.keep.data()[(Bm == 1 ? 0 : b) * T + j] == 0) key_mask.data()[b * T + j] = kNegInf;
+    }
+    Tensor qkv = linear(x, in_proj_weight, in_proj_bias);  // (B, T, 3C)
+    pass.probe(this, "qkv", qkv);
+    Tensor q = slice_heads(qkv, 0, C, H), k = slice_heads(qkv, C, 2 * C, H), v = slice_heads(qkv, 2 * C, 3 * C, H);  // (B, H, T, D)
+    Rng unused;
+    Rng& rng = pass.training() ? *pass.dropout_rng : unused;
+    return band_attention(q, k, v, key_mask, window, m.causal, real(1) / std::sqrt(real(D)), dropout_p, rng,
+                          pass.training());  // (B, H, T, D)
 }
 
 // Linear attention, composed: with φ(x) = elu(x) + 1 in place of exp(q·k),
@@ -363,6 +403,21 @@ Tensor KVCache::causal_mask(std::int64_t Tq, std::int64_t window) const {
         std::fill(m.data() + i * cap + from, m.data() + i * cap + p + 1, real(0));  // keys from..p
     }
     return m;
+}
+
+KVCache::Window KVCache::window_slice(std::int64_t Tq, std::int64_t window) const {
+    const std::int64_t N = k.size(0), H = k.size(1), cap = capacity(), D = k.size(3);
+    const std::int64_t from = std::max<std::int64_t>(0, length - Tq - window + 1), n = length - from;
+    Window w{Tensor::empty({N, H, n, D}), Tensor::empty({N, H, n, D}), Tensor::full({1, 1, Tq, n}, kNegInf)};
+    for (std::int64_t nh = 0; nh < N * H; ++nh) {  // K[nh, from:length, :], V alike: (N, H, n, D)
+        std::memcpy(w.k.data() + nh * n * D, k.data() + (nh * cap + from) * D, sizeof(real) * n * D);
+        std::memcpy(w.v.data() + nh * n * D, v.data() + (nh * cap + from) * D, sizeof(real) * n * D);
+    }
+    for (std::int64_t i = 0; i < Tq; ++i) {  // the query at p = length − Tq + i sees keys p − W + 1..p
+        const std::int64_t p = length - Tq + i, lo = std::max<std::int64_t>(from, p - window + 1);
+        std::fill(w.mask.data() + i * n + (lo - from), w.mask.data() + i * n + (p + 1 - from), real(0));
+    }
+    return w;
 }
 
 void KVCache::select_rows(const std::vector<std::int64_t>& from) {

@@ -65,6 +65,13 @@ struct KVCache {
     // the keys at positions 0..p (with a window W > 0: p − W + 1..p, local attention); positions not filled
     // yet get −∞.
     Tensor causal_mask(std::int64_t Tq, std::int64_t window = 0) const;
+    // Local attention's step: the keys and values a window W reaches from the last Tq positions appended,
+    // positions [from, length) with from = max(0, length − Tq − W + 1), copied out as (N, H, n, D) each, and
+    // the (1, 1, Tq, n) mask that leaves the query at p the keys p − W + 1..p. O(W + Tq) a step, not O(length).
+    struct Window {
+        Tensor k, v, mask;
+    };
+    Window window_slice(std::int64_t Tq, std::int64_t window) const;
     // New row i is old row from[i], for every filled position. from may repeat, reorder and drop rows.
     void select_rows(const std::vector<std::int64_t>& from);
 };
@@ -130,6 +137,9 @@ private:
     // a cache (causal self-attention, decoding), k and v are the new positions' and the sums continue it.
     Tensor attend_linear(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Pass& pass,
                          KVCache* cache = nullptr) const;
+    // Local self-attention over the band of x (B, T, C) as one op (ops.h band_attention): the context
+    // (B, H, T, D), or undefined when the mask is not a key padding or causal + padding mask.
+    Tensor attend_band(const Tensor& x, const Tensor& mask, const Pass& pass) const;
     Tensor output(Tensor context, const Pass& pass) const;  // (B, H, Tq, D) -> gate, merge, W_o -> (B, Tq, C)
 };
 
