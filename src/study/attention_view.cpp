@@ -38,7 +38,7 @@ function fill_layers_heads() {
   $('layer').textContent = ''; $('head').textContent = '';
   maps.forEach((_, l) => option($('layer'), l, 'layer ' + l));
   option($('head'), 'all', 'all heads');
-  maps[0].forEach((_, h) => option($('head'), h, 'head ' + h + (data.masked.includes(k[4] + ':0:' + h) ? '' : '')));
+  maps[0].forEach((_, h) => option($('head'), h, 'head ' + h + (masked(k, layer === '' ? 0 : +layer, h) ? ' (masked)' : '')));
   if (layer !== '' && layer < maps.length) $('layer').value = layer;
   if (head !== '' && (head === 'all' || head < maps[0].length)) $('head').value = head;
 }
@@ -76,7 +76,7 @@ function draw() {
   for (const h of heads) { const s = document.createElement('span'); s.className = 'legend'; s.style.color = masked(k, l, h) ? '#999' : colours[h % colours.length]; s.textContent = 'head ' + h + (masked(k, l, h) ? ' (masked)' : '') + ' '; $('legend').appendChild(s); }
 }
 $('kind').addEventListener('change', () => { selected = null; fill_layers_heads(); draw(); });
-$('layer').addEventListener('change', draw);
+$('layer').addEventListener('change', () => { fill_layers_heads(); draw(); });  // the masked labels are per layer
 $('head').addEventListener('change', draw);
 $('view').addEventListener('mouseleave', () => { selected = null; draw(); });
 fill_layers_heads(); draw();
