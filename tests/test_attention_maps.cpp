@@ -146,3 +146,34 @@ TEST_CASE("attention maps: the command writes the page and one SVG per selected 
         CHECK(split_lines(read_all(tmp / "err")).size() == 1);
     }
 }
+
+TEST_CASE("attention view: the page embeds the maps as JSON, forbids fetching, escapes tokens, flags masked heads",
+          "[attention_maps][cli]") {
+    TempDir tmp;
+    const std::string cmd = shell_quote(TF_CLI) + " --threads 1 attention --model " + shell_quote(toy_model()) +
+                            " --src 'the dog sees a cat .' --mask-heads E:1:0 --json " + shell_quote(tmp / "a.json") +
+                            " --view " + shell_quote(tmp / "v.html") + " 2>" + shell_quote(tmp / "err");
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const std::string page = read_all(tmp / "v.html");
+    CHECK_THAT(page, Catch::Contains("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';"));
+    const std::string open_tag = "<script type=\"application/json\" id=\"maps\">";
+    const std::size_t from = page.find(open_tag) + open_tag.size();
+    REQUIRE(from > open_tag.size());
+    const nlohmann::json embedded = nlohmann::json::parse(page.substr(from, page.find("</script>", from) - from));
+    const nlohmann::json maps = nlohmann::json::parse(read_all(tmp / "a.json"));
+    for (const char* kind : {"encoder_self", "decoder_self", "cross"}) CHECK(embedded.at(kind) == maps.at(kind));
+    CHECK(embedded.at("tokens") == maps.at("tokens"));
+    CHECK(embedded.at("masked") == nlohmann::json::array({"E:1:0"}));
+
+    // Token text that could close the script or open a tag stays data: only \u escapes inside the JSON.
+    tf::AttentionMaps odd;
+    odd.src = {"</script><b>&\"'", "</s>"};
+    odd.encoder_self = {{{{0.25, 0.75}, {1.0, 0.0}}}};
+    const std::string odd_page = tf::attention_view(odd, "a <title> & \"quotes\"");
+    CHECK(count(odd_page, "</script>") == 2);  // the JSON's and the script's own
+    CHECK(count(odd_page, "<b>") == 0);
+    CHECK_THAT(odd_page, Catch::Contains("<title>a &lt;title&gt; &amp; &quot;quotes&quot;</title>"));
+    const std::size_t at = odd_page.find(open_tag) + open_tag.size();
+    const nlohmann::json back = nlohmann::json::parse(odd_page.substr(at, odd_page.find("</script>", at) - at));
+    CHECK(back.at("tokens").at("src").at(0) == "</script><b>&\"'");
+}

@@ -15,7 +15,7 @@ TF_NAMESPACE_BEGIN
 namespace {
 
 struct AttentionCommandOptions {
-    std::string model_dir, src, tgt, json, html, svg_dir, mask;
+    std::string model_dir, src, tgt, json, html, view, svg_dir, mask;
     std::vector<int> layers, heads;
     MapStyle style;  // --cell-px, --numbers
     DecodeOptions decode;
@@ -35,8 +35,11 @@ void add_attention_command(CLI::App& app) {
     cmd->add_option("--model", opt->model_dir, "A model directory written by `tapeformer train`")->required();
     cmd->add_option("--src", opt->src, "The source sentence")->required();
     cmd->add_option("--tgt", opt->tgt, "The target sentence (default: the model's greedy translation)");
-    cmd->add_option("--json", opt->json, "Write the maps as JSON here (default: standard output, unless --html/--svg-dir)");
+    cmd->add_option("--json", opt->json, "Write the maps as JSON here (default: standard output, unless --html/--view/--svg-dir)");
     cmd->add_option("--html", opt->html, "Write a self-contained HTML page of heatmaps here");
+    cmd->add_option("--view", opt->view,
+                    "Write bertviz's head view here: one offline HTML page, kind/layer/head selectors, hover or click a\n"
+                    "token for its lines and weights (example: --src \"the dog sees a cat .\" --view view.html)");
     cmd->add_option("--svg-dir", opt->svg_dir, "Write one SVG file per heatmap into this directory (created if needed)");
     cmd->add_option("--layers", opt->layers, "Only these layers in the HTML and SVG files (0-based; default all)")->delimiter(',');
     cmd->add_option("--heads", opt->heads, "Only these heads in the HTML and SVG files (0-based; default all)")->delimiter(',');
@@ -50,6 +53,7 @@ void add_attention_command(CLI::App& app) {
     cmd->callback([opt, cmd]() {
         if (!opt->json.empty()) check_output_path(opt->json, "--json", {opt->model_dir});
         if (!opt->html.empty()) check_output_path(opt->html, "--html", {opt->model_dir});
+        if (!opt->view.empty()) check_output_path(opt->view, "--view", {opt->model_dir});
         if (!opt->svg_dir.empty() && std::filesystem::exists(opt->svg_dir) && !std::filesystem::is_directory(opt->svg_dir))
             throw std::runtime_error("--svg-dir '" + opt->svg_dir + "' is a file; expected a directory");
         ModelBundle bundle = load_model_dir(opt->model_dir);
@@ -78,6 +82,10 @@ void add_attention_command(CLI::App& app) {
             write_file_atomic(opt->html, attention_html(maps, filter, "Attention of " + opt->model_dir, opt->style));
             std::cerr << "wrote " << opt->html << "\n";
         }
+        if (!opt->view.empty()) {
+            write_file_atomic(opt->view, attention_view(maps, "Attention of " + opt->model_dir));
+            std::cerr << "wrote " << opt->view << "\n";
+        }
         if (!opt->svg_dir.empty()) {
             std::filesystem::create_directories(opt->svg_dir);
             const auto files = attention_svg_files(maps, filter, opt->style);
@@ -85,7 +93,7 @@ void add_attention_command(CLI::App& app) {
                 write_file_atomic((std::filesystem::path(opt->svg_dir) / name).string(), svg);
             std::cerr << "wrote " << files.size() << " SVG heatmaps to " << opt->svg_dir << "\n";
         }
-        if (opt->json.empty() && opt->html.empty() && opt->svg_dir.empty()) std::cout << attention_json(maps, made_from);
+        if (opt->json.empty() && opt->html.empty() && opt->view.empty() && opt->svg_dir.empty()) std::cout << attention_json(maps, made_from);
         else if (maps.decoded) {
             std::string t;
             for (std::size_t i = 1; i < maps.tgt_in.size(); ++i) t += (i > 1 ? " " : "") + maps.tgt_in[i];

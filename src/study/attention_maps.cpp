@@ -10,6 +10,7 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/data/text.h"
+#include "tapeformer/study/head_ids.h"
 #include "tapeformer/study/heads.h"
 #include "tapeformer/teach/svg.h"
 #include "provenance_json.h"
@@ -85,6 +86,7 @@ AttentionMaps attention_maps(Transformer& model, const TokenizerPair& tokenizers
         maps.decoder_self.push_back(per_head(probes.of(attention_of(model, HeadKind::D, l)).weights));
         if (layers_of(c, HeadKind::A) > 0) maps.cross.push_back(per_head(probes.of(attention_of(model, HeadKind::A, l)).weights));
     }
+    for (const HeadId& h : masked_heads(model)) maps.masked.push_back(h.str());
     return maps;
 }
 

@@ -26,6 +26,8 @@ struct AttentionMaps {
     std::vector<std::string> tgt_out;  // target pieces + "</s>": what each decoder position predicts
     bool decoded = false;              // the target came from greedy decoding (no --tgt)
     std::vector<std::vector<AttentionMatrix>> encoder_self, decoder_self, cross;  // [layer][head]
+    std::vector<std::string> masked;   // heads whose gate was 0 (--mask-heads), "E:0:1": their weights are
+                                       // still computed, but nothing they read reaches the output
 };
 
 // One teacher-forced pass (dropout off) of `src` and `tgt`; with tgt == nullptr the target is first
@@ -57,6 +59,14 @@ struct MapFilter {
 // A page with every selected heatmap, grouped by attention and layer: inline SVG and CSS, nothing fetched.
 std::string attention_html(const AttentionMaps& maps, const MapFilter& filter, const std::string& title,
                            const MapStyle& style = {});
+
+// bertviz's head view as one self-contained page: query tokens in a left column, key tokens in a right
+// one, a line per (query, key) with opacity and width following the weight; selectors for the kind (only
+// those the model has), the layer and the head (one, or all overlaid in per-head colours); hovering or
+// clicking a query token leaves only its lines and prints each weight beside its key. Masked heads are
+// drawn grey and labelled. The maps are embedded as JSON (script type="application/json", "<", ">" and
+// "&" written as \u escapes); a Content-Security-Policy meta tag forbids every fetch.
+std::string attention_view(const AttentionMaps& maps, const std::string& title);
 
 // (file name, SVG) for every selected heatmap: "E-layer0-head1.svg", "D-...", "A-...".
 std::vector<std::pair<std::string, std::string>> attention_svg_files(const AttentionMaps& maps, const MapFilter& filter,
