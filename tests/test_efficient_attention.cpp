@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "tapeformer/autograd.h"
+#include "tapeformer/data/batch.h"
 #include "tapeformer/data/tasks.h"
+#include "tapeformer/nn/transformer.h"
 #include "tapeformer/nn/attention.h"
 #include "tapeformer/nn/linear.h"
 #include "tapeformer/ops.h"
@@ -326,4 +328,53 @@ TEST_CASE("efficient attention: bad flag combinations are refused in one line", 
     CHECK_FALSE(std::filesystem::exists(tmp / "run"));
     const tf_test::Run help = tf_test::run_cli(tmp, "train --help");
     CHECK_THAT(help.out, Catch::Contains("--window") && Catch::Contains("linear"));
+}
+
+// The whole model, not one module: a local-attention Transformer's loss and every parameter's gradient on
+// a padded batch are the same, up to float rounding, whether its self-attentions run on the band or (a pass
+// an observer listens to) as the full scores under a band mask.
+TEST_CASE("efficient attention: a local model's gradients on a padded batch equal its probed full form's", "[attention][local]") {
+    tf::ModelConfig c = tf_test::tiny_model_config(20, 16, 2, 24, 2, 2, 24);
+    c.dropout = c.attention_dropout = c.activation_dropout = 0;
+    c.attention = AttentionScore::Local;
+    c.window = 3;
+    tf::Transformer model(c, 5);
+    tf::Rng rng(9);
+    std::vector<tf::Example> data(4);
+    for (auto& e : data) {  // 2 to 10 tokens a side: padding on both sides, windows cut by both ends
+        e.src.resize(2 + rng.below(9));
+        e.tgt.resize(2 + rng.below(9));
+        for (auto& x : e.src) x = 4 + std::int32_t(rng.below(16));
+        for (auto& x : e.tgt) x = 4 + std::int32_t(rng.below(16));
+    }
+    const tf::Batch b = tf::make_batch(data, {0, 1, 2, 3});
+    struct Silent : tf::ForwardObserver {
+        void probe(const void*, const char*, const char*, const Tensor&) override {}
+    } silent;
+    std::vector<std::vector<real>> grads[2];
+    double losses[2] = {0, 0};
+    for (int probed = 0; probed < 2; ++probed) {
+        for (const auto& p : model.parameters()) {
+            Tensor t = p.tensor;
+            if (t.has_grad()) t.zero_grad();
+        }
+        tf::Pass pass;
+        if (probed) pass.observer = &silent;
+        Tensor logits = model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);
+        Tensor loss = tf::sequence_loss(logits, b.target, c.pad_id, 0);
+        losses[probed] = loss.item();
+        tf::backward(loss);
+        for (const auto& p : model.parameters()) grads[probed].emplace_back(p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
+    }
+    CHECK(losses[0] == Approx(losses[1]).epsilon(1e-6));
+    const auto params = model.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        INFO(params[i].name);
+        double scale = 0, diff = 0;
+        for (std::size_t j = 0; j < grads[0][i].size(); ++j) {
+            scale = std::max(scale, double(std::fabs(grads[1][i][j])));
+            diff = std::max(diff, double(std::fabs(grads[0][i][j] - grads[1][i][j])));
+        }
+        CHECK(diff <= 1e-5 * scale + 1e-9);
+    }
 }
