@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -153,6 +155,13 @@ inline float round_bf16(float x) {
     float y;
     std::memcpy(&y, &u, sizeof y);
     return y;
+}
+
+// The largest |x| of v: the scale a difference is measured against.
+inline double largest_magnitude(const std::vector<double>& v) {
+    double m = 0;
+    for (double x : v) m = std::max(m, std::fabs(x));
+    return m;
 }
 
 #ifdef TF_CLI  // the tests that run the executable (tapeformer_tests)

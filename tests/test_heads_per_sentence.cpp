@@ -34,12 +34,6 @@ std::vector<Seen> per_sentence(tf::Transformer& model, const std::vector<tf::Exa
     return seen;
 }
 
-double largest_magnitude(const std::vector<double>& v) {
-    double m = 0;
-    for (double x : v) m = std::max(m, std::fabs(x));
-    return m;
-}
-
 }  // namespace
 
 TEST_CASE("heads --per-sentence: each pair's gate gradients, in file order, the same in any batch", "[heads]") {

@@ -165,12 +165,6 @@ tf::ModelConfig no_dropout_model() {
     return m;
 }
 
-double max_abs(const std::vector<double>& v) {
-    double m = 0;
-    for (double x : v) m = std::max(m, std::abs(x));
-    return m;
-}
-
 }  // namespace
 
 // The gradient check of accumulation: backward of micro-batch k seeded with tokens_k / tokens, summed over k,
@@ -203,11 +197,11 @@ TEST_CASE("train step: --accumulate 2 over A and B gives the gradients and the u
     CHECK(ra.grad_norm == Approx(rt.grad_norm).epsilon(1e-5));
     CHECK(rt.grad_norm > s.clip);
     REQUIRE(g_a.size() == g_t.size());
-    const double bound = 1e-5 * max_abs(g_t);
+    const double bound = 1e-5 * tf_test::largest_magnitude(g_t);
     REQUIRE(bound > 0);
     double worst = 0;
     for (std::size_t i = 0; i < g_a.size(); ++i) worst = std::max(worst, std::abs(g_a[i] - g_t[i]));
-    INFO("largest gradient " << max_abs(g_t) << ", largest difference " << worst);
+    INFO("largest gradient " << tf_test::largest_magnitude(g_t) << ", largest difference " << worst);
     CHECK(worst <= bound);
 
     // After the step (SGD: θ −= lr · clip · g, so the weights differ by at most lr · clip · the gradient
@@ -217,7 +211,7 @@ TEST_CASE("train step: --accumulate 2 over A and B gives the gradients and the u
     double worst_w = 0;
     for (std::size_t i = 0; i < w_a.size(); ++i) worst_w = std::max(worst_w, std::abs(w_a[i] - w_t[i]));
     INFO("largest weight difference " << worst_w);
-    CHECK(worst_w <= s.lr * clip_factor * bound + 1e-6 * max_abs(w_t));  // + float32 rounding of the weights
+    CHECK(worst_w <= s.lr * clip_factor * bound + 1e-6 * tf_test::largest_magnitude(w_t));  // + float32 rounding of the weights
     CHECK(rng_a.offset == rng_t.offset);  // accumulation leaves the run's dropout stream alone
 }
 
@@ -248,7 +242,7 @@ TEST_CASE("train step: the wrong weighting of micro-batches (the mean of their m
     }
     double worst = 0;
     for (std::size_t i = 0; i < g_t.size(); ++i) worst = std::max(worst, std::abs(g_mean_of_means[i] - g_t[i]));
-    CHECK(worst > 1e-5 * max_abs(g_t) * 100);  // far outside the bound the case above checks
+    CHECK(worst > 1e-5 * tf_test::largest_magnitude(g_t) * 100);  // far outside the bound the case above checks
 }
 
 TEST_CASE("train step: an accumulating step's dropout is a pure function of (run seed, step, micro-batch)",
