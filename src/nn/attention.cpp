@@ -236,7 +236,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
             const KVCache::Window w = cache->window_slice(query.size(1), window);
             return attend(q, w.k, w.v, w.mask, pass);  // over (B, H, ≤ W + Tq − 1, D)
         }
-        const Tensor causal = cache->causal_mask(query.size(1), 0);
+        const Tensor causal = cache->causal_mask(query.size(1));
         return attend(q, cache->k, cache->v, causal, pass);  // over (B, H, capacity, D)
     }
     Tensor q = project_q(query, pass);  // (B, H, Tq, D)
@@ -395,13 +395,11 @@ void KVCache::assign(const Tensor& k_all, const Tensor& v_all) {
     length = k_all.size(2);
 }
 
-Tensor KVCache::causal_mask(std::int64_t Tq, std::int64_t window) const {
+Tensor KVCache::causal_mask(std::int64_t Tq) const {
     const std::int64_t cap = capacity(), first = length - Tq;  // the position of the first of the Tq queries
     Tensor m = Tensor::full({1, 1, Tq, cap}, kNegInf);       // (1, 1, Tq, capacity)
-    for (std::int64_t i = 0; i < Tq; ++i) {
-        const std::int64_t p = first + i, from = window > 0 ? std::max<std::int64_t>(0, p - window + 1) : 0;
-        std::fill(m.data() + i * cap + from, m.data() + i * cap + p + 1, real(0));  // keys from..p
-    }
+    for (std::int64_t i = 0; i < Tq; ++i)
+        std::fill(m.data() + i * cap, m.data() + i * cap + first + i + 1, real(0));  // keys 0..p, p = first + i
     return m;
 }
 

@@ -62,9 +62,8 @@ struct KVCache {
     // K, V of a whole sequence at once (cross-attention's projected memory): (N, H, Tk, D) each, length = Tk.
     void assign(const Tensor& k_all, const Tensor& v_all);
     // (1, 1, Tq, capacity) additive mask for the last Tq positions appended: the query at position p sees
-    // the keys at positions 0..p (with a window W > 0: p − W + 1..p, local attention); positions not filled
-    // yet get −∞.
-    Tensor causal_mask(std::int64_t Tq, std::int64_t window = 0) const;
+    // the keys at positions 0..p; positions not filled yet get −∞. (Local attention: window_slice.)
+    Tensor causal_mask(std::int64_t Tq) const;
     // Local attention's step: the keys and values a window W reaches from the last Tq positions appended,
     // positions [from, length) with from = max(0, length − Tq − W + 1), copied out as (N, H, n, D) each, and
     // the (1, 1, Tq, n) mask that leaves the query at p the keys p − W + 1..p. O(W + Tq) a step, not O(length).
