@@ -243,3 +243,23 @@ TEST_CASE("bench attention: the command prints one line per run and refuses a ba
     CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
     CHECK(bad.err.find("cosine") != std::string::npos);
 }
+
+// What the band buys (docs/lesson-efficient-attention.md): local attention's tensor memory grows like T, dot
+// product attention's like T² (its (T, T) scores and weights). Counted by the buffer pool, not timed.
+TEST_CASE("bench attention: local attention's memory grows like T, dot-product attention's like T squared", "[bench][attention]") {
+    auto peak = [](AttentionScore kind, std::int64_t T) {
+        BenchAttentionOptions o;
+        o.kind = kind;
+        o.length = T;
+        o.window = 16;
+        o.causal = false;  // no (T, T) mask beside the pass
+        o.reps = 1;
+        return bench_attention(o).peak_mb;
+    };
+    const double local_512 = peak(AttentionScore::Local, 512), local_1024 = peak(AttentionScore::Local, 1024);
+    const double dot_512 = peak(AttentionScore::Dot, 512), dot_1024 = peak(AttentionScore::Dot, 1024);
+    INFO("local " << local_512 << " -> " << local_1024 << " MiB, dot " << dot_512 << " -> " << dot_1024 << " MiB");
+    CHECK(local_1024 / local_512 < 2.2);  // 2 for memory linear in T
+    CHECK(dot_1024 / dot_512 > 3.4);      // 4 for memory quadratic in T
+    CHECK(local_1024 < dot_1024 / 4);
+}
