@@ -9,7 +9,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <map>
+#include <cmath>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
