@@ -3,6 +3,18 @@
 
 TF_NAMESPACE_BEGIN
 
+namespace {
+// ModelConfig's per-layer head counts as one text, "E:4,3,4;D:4,4,4;A:1,4,4" ("" = every layer has `heads`):
+// set by heads prune --save, read from the weights file's metadata; no flag.
+Setting<ModelConfig> head_counts_setting(const std::string& group) {
+    Setting<ModelConfig> s = setting_detail::base<ModelConfig>(
+        "", "head_counts", group, "Heads per layer of each attention where some were removed (heads prune --save)", SettingType::Text);
+    s.get = [](const ModelConfig& c) { return c.head_counts_text(); };
+    s.set = [](ModelConfig& c, const std::string& text) { c.set_head_counts(text); };
+    return added_later(s);
+}
+}  // namespace
+
 // The model's settings, once: the train command's flags and config.toml names (name), the keys of the
 // weights file's metadata and run.json (key), and the range each may take. Sizes are bounded so that an
 // edited file cannot ask for terabytes (ModelConfig's bounds); validate() checks how they fit together.
@@ -77,6 +89,7 @@ const std::vector<Setting<ModelConfig>>& model_settings() {
                                     "", [](auto& c) -> auto& { return c.layer_norm; })),
         integer_setting<C>("max-positions", "max_len", g, "Longest sequence the positional table covers", 1, C::kMaxPositions,
                            [](auto& c) -> auto& { return c.max_len; }),
+        head_counts_setting(g),
         integer_setting<C>("", "pad_id", g, "Id of the padding token", 0, C::kMaxVocab - 1, [](auto& c) -> auto& { return c.pad_id; }),
         integer_setting<C>("", "bos_id", g, "Id of the begin-of-sentence token", 0, C::kMaxVocab - 1,
                            [](auto& c) -> auto& { return c.bos_id; }),

@@ -32,6 +32,7 @@ struct Variant {
     tf::AttentionScore attention = tf::AttentionScore::Dot;
     bool output_bias = false;
     std::int64_t window = 0;  // local attention's W
+    std::string head_counts;  // heads per layer where some were removed (ModelConfig::set_head_counts), "" = all
 };
 
 const Variant kVariants[] = {
@@ -48,11 +49,15 @@ const Variant kVariants[] = {
     {tf::NormPosition::Pre, tf::Tying::Decoder, 10, tf::AttentionScore::Linear, true},
     {tf::NormPosition::Pre, tf::Tying::None, 11, tf::AttentionScore::Local, false, 3},
     {tf::NormPosition::Post, tf::Tying::All, 12, tf::AttentionScore::Local, false, 1},
+    // models with heads removed (heads prune --save): attentions of 1 and 2 heads of width D = C / 2
+    {tf::NormPosition::Pre, tf::Tying::None, 13, tf::AttentionScore::Dot, false, 0, "E:1,2;D:2,1;A:1,2"},
+    {tf::NormPosition::Post, tf::Tying::Decoder, 14, tf::AttentionScore::Local, false, 2, "E:2,1;D:1,1;A:2,1"},
 };
 
 std::string describe(const Variant& v) {
     return std::string(tf::to_string(v.norm)) + "-norm, tie " + tf::to_string(v.tie) + ", " + tf::to_string(v.attention) +
            " attention" + (v.window ? " window " + std::to_string(v.window) : "") + (v.output_bias ? ", output bias" : "") +
+           (v.head_counts.empty() ? "" : ", heads " + v.head_counts) +
            ", seed " + std::to_string(v.seed);
 }
 
@@ -64,6 +69,7 @@ std::unique_ptr<Transformer> tiny_model(const Variant& v, std::int64_t V = 13, d
     c.attention = v.attention;
     c.window = v.window;
     c.output_bias = v.output_bias;
+    c.set_head_counts(v.head_counts);
     auto model = std::make_unique<Transformer>(c, v.seed);
     tf::real* g = model->generator.data();
     for (std::int64_t i = 0; i < model->generator.numel(); ++i) g[i] *= tf::real(sharpen);
@@ -217,7 +223,7 @@ TEST_CASE("each cached step's logits equal model.decode's last position, also af
     for (const Variant& v : kVariants) {
         INFO(describe(v));
         auto model = tiny_model(v, 13, 1.0);
-        model->decoder[0].self_attn.gate.data()[1] = tf::real(0.5);       // exercise the head gates
+        model->decoder[0].self_attn.gate.data()[model->decoder[0].self_attn.H - 1] = tf::real(0.5);  // exercise the head gates
         model->decoder[1].multihead_attn.gate.data()[0] = tf::real(0.25);
         tf::NoGradGuard no_grad;
         const std::int64_t B = std::int64_t(kLengths.size()), T = 9, V = model->config.tgt_vocab;

@@ -20,42 +20,6 @@ struct AverageOptions {
     bool mix_runs = false;
 };
 
-// --out must be new or empty; with --force it may hold an earlier average (never a training run's directory,
-// whose model.safetensors is the run's best model).
-void check_out_dir(const AverageOptions& opt) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (!fs::exists(opt.out_dir, ec)) return;
-    if (!fs::is_directory(opt.out_dir, ec)) throw std::runtime_error("--out '" + opt.out_dir + "' is a file, not a directory");
-    if (fs::is_empty(opt.out_dir, ec)) return;
-    if (fs::exists(fs::path(opt.out_dir) / "run.json", ec))
-        throw std::runtime_error("--out '" + opt.out_dir + "' holds a training run; write the average to a directory of its own");
-    if (!opt.force)
-        throw std::runtime_error("--out '" + opt.out_dir + "' is not empty; give --force to replace the model and tokenizer " +
-                                 "files an earlier average wrote there");
-    if (!fs::exists(fs::path(opt.out_dir) / "model.safetensors", ec))
-        throw std::runtime_error("--out '" + opt.out_dir + "' holds files but no model.safetensors: not an earlier average, left alone");
-}
-
-// The files the average writes into --out (model.safetensors; the tokenizer's, of either layout, which
-// TokenizerPair::save replaces) may not be inputs nor files of an averaged model's or run's directory:
-// --force replaces an earlier average, never a model it reads (a model directory among --checkpoints).
-void check_out_files(const AverageOptions& opt) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (!fs::is_directory(opt.out_dir, ec)) return;  // created new: it holds nothing yet
-    std::vector<std::string> inputs = opt.checkpoints;
-    if (!opt.model_dir.empty()) inputs.push_back(opt.model_dir);
-    for (const std::string& path : opt.checkpoints)  // DIR/checkpoints/step-N.safetensors: DIR too
-        if (fs::path(path).parent_path().filename() == "checkpoints") {
-            const fs::path run = fs::path(path).parent_path().parent_path();
-            inputs.push_back(run.empty() ? "." : run.string());
-        }
-    for (const char* name : {"model.safetensors", "vocab.txt", "spm.model", "src.vocab.txt", "src.spm.model",
-                             "tgt.vocab.txt", "tgt.spm.model"})
-        check_output_path((fs::path(opt.out_dir) / name).string(), "--out", inputs);
-}
-
 }  // namespace
 
 void add_average_command(CLI::App& app) {
@@ -81,8 +45,9 @@ void add_average_command(CLI::App& app) {
     cmd->callback([opt, cmd]() {
         if (opt->checkpoints.empty() && cmd->count("--model") == 0)
             throw std::runtime_error("average: give --model DIR (with --last N) or --checkpoints FILE... (see tapeformer average --help)");
-        check_out_dir(*opt);
-        check_out_files(*opt);
+        std::vector<std::string> inputs = opt->checkpoints;
+        if (!opt->model_dir.empty()) inputs.push_back(opt->model_dir);
+        check_model_out_dir(opt->out_dir, "--out", "average", opt->force, inputs);
         const std::vector<std::string> paths =
             opt->checkpoints.empty() ? newest_checkpoints(opt->model_dir, opt->last) : opt->checkpoints;
         const ModelBundle mean = average_models(paths, opt->mix_runs);

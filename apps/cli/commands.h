@@ -35,6 +35,13 @@ CLI::Validator number_above(double lo, bool strict);
 // file training wrote there (train.h: is_run_file). "-" (standard output) passes. Called before any work,
 // so that a wrong output is refused before hours of decoding, not after, and before anything is replaced.
 void check_output_path(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs = {});
+// A directory a command writes a model into (average --out, heads prune --save): new or empty, or with
+// `force` one that an earlier such command wrote (a model.safetensors and no run.json: never a training
+// run's); none of the files written there (model.safetensors, the tokenizer's of either layout) may be one of
+// `inputs` (check_output_path; a checkpoint DIR/checkpoints/step-N.safetensors among them brings DIR).
+// `made_by` names what is written in the errors ("average", "pruned model").
+void check_model_out_dir(const std::string& dir, const std::string& flag, const std::string& made_by, bool force,
+                         std::vector<std::string> inputs);
 struct DecodeOptions;
 // translate's and eval's decoding flags (--beam, --length-penalty, --max-len, --max-len-ratio, ...).
 void add_decode_options(CLI::App& cmd, DecodeOptions& options, std::int64_t& batch_tokens);

@@ -164,6 +164,34 @@ bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == 
 
 }  // namespace
 
+void check_model_out_dir(const std::string& dir, const std::string& flag, const std::string& made_by, bool force,
+                         std::vector<std::string> inputs) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::exists(dir, ec)) {
+        const std::string named = flag + " '" + dir + "'";
+        if (!fs::is_directory(dir, ec)) throw std::runtime_error(named + " is a file, not a directory");
+        if (!fs::is_empty(dir, ec)) {
+            if (fs::exists(fs::path(dir) / "run.json", ec))
+                throw std::runtime_error(named + " holds a training run; write the " + made_by + " to a directory of its own");
+            if (!force)
+                throw std::runtime_error(named + " is not empty; give --force to replace the model and tokenizer files of an earlier " +
+                                         made_by + " there");
+            if (!fs::exists(fs::path(dir) / "model.safetensors", ec))
+                throw std::runtime_error(named + " holds files but no model.safetensors: not an earlier " + made_by + ", left alone");
+        }
+    }
+    if (!fs::is_directory(dir, ec)) return;  // created new: it holds nothing yet
+    for (std::size_t i = 0, n = inputs.size(); i < n; ++i)  // DIR/checkpoints/step-N.safetensors: DIR too
+        if (fs::path(inputs[i]).parent_path().filename() == "checkpoints") {
+            const fs::path run = fs::path(inputs[i]).parent_path().parent_path();
+            inputs.push_back(run.empty() ? "." : run.string());
+        }
+    for (const char* name : {"model.safetensors", "vocab.txt", "spm.model", "src.vocab.txt", "src.spm.model", "tgt.vocab.txt",
+                             "tgt.spm.model"})
+        check_output_path((fs::path(dir) / name).string(), flag, inputs);
+}
+
 void check_output_path(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
     namespace fs = std::filesystem;
     const OutputPlan plan = plan_output(path);  // io.h: the rule every output obeys

@@ -7,8 +7,10 @@
 #include <iostream>
 #include <memory>
 #include <stdexcept>
+#include <tuple>
 
 #include "tapeformer/run/checkpoint.h"
+#include "tapeformer/run/evaluate.h"
 #include "cli/commands.h"
 #include "tapeformer/data/batch.h"
 #include "tapeformer/data/text.h"
@@ -76,9 +78,56 @@ void add_ablate_command(CLI::App* heads) {
 struct PruneCommandOptions {
     std::vector<std::string> models;
     std::string method = "mask", src, ref, imp_src, imp_tgt, order = "importance", step = "10%", kinds, granularity = "token", json;
+    std::string save_dir, save_at;  // --save DIR (--save-at FRACTION: "" = the curve's last point)
+    bool force = false;
     PruneOptions prune;
     L0Options l0;
 };
+
+// --save: checked before any work (one model, an output directory that replaces nothing of the user's).
+void check_save(const PruneCommandOptions& opt) {
+    if (opt.save_dir.empty()) {
+        if (!opt.save_at.empty()) throw std::runtime_error("heads prune: --save-at picks the point --save writes; give --save DIR");
+        return;
+    }
+    if (opt.models.size() != 1)
+        throw std::runtime_error("heads prune: --save writes one pruned model; give one --model (got " + std::to_string(opt.models.size()) + ")");
+    check_model_out_dir(opt.save_dir, "--save", "pruned model", opt.force,
+                        {opt.models[0], opt.src, opt.ref, opt.imp_src, opt.imp_tgt, opt.json});
+}
+
+// --save: the model with the heads masked now (gate 0) removed and the other gates folded into W_o
+// (prune.h remove_heads), written with the tokenizer and DIR/pruning.json; then its NLL on the evaluation
+// pairs beside the masked model's, which it must equal to rounding.
+void save_pruned(ModelBundle& bundle, const PruneCommandOptions& opt, PruneRecord record, const std::vector<std::string>& src,
+                 const std::vector<std::string>& ref) {
+    namespace fs = std::filesystem;
+    Transformer& model = *bundle.model;
+    record.removed = masked_heads(model);
+    const HeadRemoval removal = remove_heads(model, record.removed);
+    ParallelText pairs;
+    std::tie(pairs.source, pairs.target) = scorable_pairs(src, ref, "heads prune --save");
+    const EncodedCorpus encoded = encode_parallel(pairs, bundle.tokenizers, std::int32_t(model.config.max_len - 1));
+    record.nll_masked = teacher_forced_loss(model, encoded.examples, opt.prune.batch_tokens, 0.0).nll;
+    record.nll_removed = teacher_forced_loss(*removal.model, encoded.examples, opt.prune.batch_tokens, 0.0).nll;
+    record.parameters_before = model.parameter_count();
+    record.parameters_after = removal.model->parameter_count();
+    StudyProvenance made_from = study_provenance(bundle, opt.models[0]);
+    made_from.data = {opt.src, opt.ref};
+    made_from.pairs_read = std::int64_t(src.size());
+    made_from.pairs_used = std::int64_t(encoded.examples.size());
+    fs::create_directories(opt.save_dir);
+    bundle.tokenizers.save(opt.save_dir);
+    save_model_weights((fs::path(opt.save_dir) / "model.safetensors").string(), *removal.model, tokenizer_hash(bundle.tokenizers));
+    write_file_atomic((fs::path(opt.save_dir) / "pruning.json").string(), pruning_json(made_from, record, removal));
+    std::printf("saved %s: %zu heads removed (%s), parameters %lld -> %lld; NLL on the evaluation pairs %.6f, masked %.6f\n",
+                opt.save_dir.c_str(), record.removed.size(),
+                removal.model->config.heads_removed() ? removal.model->config.head_counts_text().c_str() : "none",
+                (long long)record.parameters_before, (long long)record.parameters_after, record.nll_removed, record.nll_masked);
+    for (const HeadId& h : removal.zeroed)
+        std::printf("  %s: every head of its attention was masked; it keeps head 0 with W_o's columns zero (output = W_o's bias)\n",
+                    h.str().c_str());
+}
 
 // heads prune --method l0: one fine-tuning run per model, its gates as tables, and the JSON of all runs.
 void run_l0(const PruneCommandOptions& opt) {
@@ -92,6 +141,7 @@ void run_l0(const PruneCommandOptions& opt) {
         inputs.insert(inputs.end(), {opt.src, opt.ref, opt.imp_src, opt.imp_tgt});
         check_output_path(opt.json, "--json", inputs);
     }
+    check_save(opt);
     if (opt.imp_src.empty() || opt.imp_tgt.empty())
         throw std::runtime_error("heads prune: --method l0 needs --imp-src and --imp-tgt (the pairs the gates are fine-tuned on)");
     const std::vector<std::string> src = read_lines(opt.src), ref = read_lines(opt.ref);
@@ -108,6 +158,13 @@ void run_l0(const PruneCommandOptions& opt) {
                                                    std::fflush(stdout);
                                                });
         std::cout << "\n" << l0_table(report) << "\n";
+        if (!opt.save_dir.empty()) {
+            PruneRecord record;
+            record.method = "l0";
+            record.fraction = report.heads.empty() ? 0 : double(report.closed) / double(report.heads.size());
+            record.bleu = report.bleu_after;
+            save_pruned(bundle, opt, record, src, ref);
+        }
         nlohmann::json j = nlohmann::json::parse(l0_json(report));
         j["model"] = dir;
         runs.push_back(j);
@@ -158,6 +215,12 @@ void add_prune_command(CLI::App* heads) {
         ->check(CLI::IsMember({"token", "sentence", "batch"}))
         ->capture_default_str();
     cmd->add_option("--json", opt->json, "Also write the curves (or, with --method l0, the gates) to this JSON file");
+    cmd->add_option("--save", opt->save_dir,
+                    "Write the pruned model to this directory with the pruned heads removed (smaller and faster; every\n"
+                    "command loads it, `train --init-from` fine-tunes it): the heads masked at --save-at, or with\n"
+                    "--method l0 those its gates closed; with the tokenizer and pruning.json (what it was made from)");
+    cmd->add_option("--save-at", opt->save_at, "The curve's point --save writes: the last at or below this fraction pruned (default: the last)");
+    cmd->add_flag("--force", opt->force, "Let --save replace a model an earlier heads prune --save wrote there");
     cmd->add_option("--method", opt->method,
                     "mask: mask heads in --order, step by step (a pruning curve); l0: fine-tune on --imp-src/--imp-tgt\n"
                     "with a Hard-Concrete gate per head and an L0 penalty (Voita et al. 2019), then report which\n"
@@ -185,7 +248,7 @@ void add_prune_command(CLI::App* heads) {
             ->capture_default_str()};
     std::vector<CLI::Option*> mask_flags = {cmd->get_option("--order"), cmd->get_option("--step"), cmd->get_option("--recompute"),
                                             cmd->get_option("--keep-one-per-layer"), cmd->get_option("--stop-below"),
-                                            cmd->get_option("--granularity")};
+                                            cmd->get_option("--granularity"), cmd->get_option("--save-at")};
     add_decode_options(*cmd, opt->prune.decode, opt->prune.batch_tokens);
     cmd->callback([opt, l0_flags, mask_flags]() {
         for (CLI::Option* flag : opt->method == "l0" ? mask_flags : l0_flags)
@@ -207,6 +270,12 @@ void add_prune_command(CLI::App* heads) {
             std::vector<std::string> inputs = opt->models;
             inputs.insert(inputs.end(), {opt->src, opt->ref, opt->imp_src, opt->imp_tgt});
             check_output_path(opt->json, "--json", inputs);
+        }
+        check_save(*opt);
+        double save_at = 1;
+        if (!opt->save_at.empty()) {
+            save_at = parse_fraction(opt->save_at, "--save-at");
+            if (!(save_at >= 0 && save_at <= 1)) throw std::runtime_error("--save-at: must be in [0, 100%], got '" + opt->save_at + "'");
         }
         if (p.order != PruneOrder::random && (opt->imp_src.empty() || opt->imp_tgt.empty()))
             throw std::runtime_error("heads prune: --order " + opt->order + " needs --imp-src and --imp-tgt (pairs to rank the heads on)");
@@ -239,6 +308,17 @@ void add_prune_command(CLI::App* heads) {
                 points.push_back({{"fraction", point.fraction}, {"bleu", point.bleu}, {"nll", point.nll}, {"masked", masked}});
             }
             curves.push_back({{"model", dir}, {"curve", points}});
+            if (!opt->save_dir.empty()) {  // the last point at or below --save-at (default: the curve's last)
+                const PrunePoint* chosen = &curve.front();
+                for (const PrunePoint& point : curve)
+                    if (point.fraction <= save_at + 1e-9) chosen = &point;
+                mask_heads(model, chosen->masked);
+                PruneRecord record;
+                record.method = "mask (order " + opt->order + ")";
+                record.fraction = chosen->fraction;
+                record.bleu = chosen->bleu;
+                save_pruned(bundle, *opt, record, src, ref);
+            }
         }
         if (!opt->json.empty()) {
             const nlohmann::json j = {{"order", opt->order}, {"step", p.step}, {"recompute", p.recompute},

@@ -16,6 +16,7 @@
 #include <streambuf>
 #include <stdexcept>
 
+#include "tapeformer/blas.h"
 #include "tapeformer/run/checkpoint.h"
 #include "cli/commands.h"
 #include "tapeformer/data/text.h"
@@ -34,6 +35,7 @@ struct TranslateOptions {
     DecodeOptions decode;
     std::int64_t batch_tokens = 4096;
     std::string precision = "fp32";
+    bool timing = false;  // --timing: the decoding time and speed on stderr at the end
 };
 
 // The lines joined with '\n', one after each: the file format read_lines reads back.
@@ -171,6 +173,8 @@ void translate_stream(const TranslateOptions& opt, ModelBundle& bundle) {
     std::vector<std::string> lines;
     std::string line;
     std::int64_t done = 0, read = 0, truncated = 0;
+    double decoding_seconds = 0;        // --timing: inside translate_lines_until only (no reading, writing)
+    std::int64_t output_tokens = 0;     // --timing: the translations' target tokens, EOS not counted
     for (bool more = true; more && g_stop_signal == 0;) {
         lines.clear();
         while (lines.size() < kLinesPerPiece && (lines.empty() || line_ready()) && (more = reader.next(line)))
@@ -180,12 +184,16 @@ void translate_stream(const TranslateOptions& opt, ModelBundle& bundle) {
         std::int64_t cut = 0;
         ProgressFn progress;
         if (bar) progress = [&](std::int64_t d, std::int64_t) { bar(done + d, total); };
+        const auto started = std::chrono::steady_clock::now();
         auto translated = translate_lines_until(*bundle.model, bundle.tokenizers, lines, opt.decode, opt.batch_tokens,
                                                 progress, [] { return g_stop_signal != 0; }, &cut);
+        decoding_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         truncated += cut;
         // Interrupted: the lines translated from the piece's start are still written.
         lines.resize(translated_prefix(translated));
         for (std::size_t i = 0; i < lines.size(); ++i) lines[i] = std::move(*translated[i]);
+        if (opt.timing)
+            for (const std::string& out : lines) output_tokens += std::int64_t(bundle.tokenizers.target->encode(out).size());
         const std::string text = join_lines(lines);
         done += static_cast<std::int64_t>(lines.size());
         if (output) {
@@ -212,6 +220,10 @@ void translate_stream(const TranslateOptions& opt, ModelBundle& bundle) {
     if (output) output->commit();
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
+    if (opt.timing)
+        std::fprintf(stderr, "decoded %lld sentences, %lld target tokens in %.3f s: %.1f tokens/s, %.1f sentences/s (%d thread%s)\n",
+                     (long long)done, (long long)output_tokens, decoding_seconds, double(output_tokens) / decoding_seconds,
+                     double(done) / decoding_seconds, num_threads(), num_threads() == 1 ? "" : "s");
     if (truncated > 0)
         std::cerr << "tapeformer: note: " << truncated << " of " << done << " input sentences were longer than the model's "
                   << bundle.model->config.max_len - 1 << " source tokens; only their beginning was translated\n";
@@ -236,6 +248,9 @@ void add_translate_command(CLI::App& app) {
                     "writes what is translated, says so and stops)");
     add_decode_options(*cmd, opt->decode, opt->batch_tokens);
     add_precision_option(*cmd, opt->precision);
+    cmd->add_flag("--timing", opt->timing,
+                  "At the end, print to stderr the time spent decoding (reading and writing not counted), the target\n"
+                  "tokens of the translations and tokens/s: to compare models (a pruned one: docs/heads.md) or settings");
     cmd->callback([opt]() {
         if (!opt->output.empty()) check_output_path(opt->output, "--output", {opt->input, opt->model_dir});
         apply_precision(opt->precision);

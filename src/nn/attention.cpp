@@ -125,12 +125,15 @@ LinearMask linear_mask(const Tensor& mask, std::int64_t Tq, std::int64_t Tk) {
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dropout, AttentionScore score_, bool scaled_,
-                                       std::int64_t window_)
-    : C(C_), H(H_), D(C_ / H_), score(score_), scaled(scaled_), window(window_), in_proj_weight(make_param({3 * C_, C_})), in_proj_bias(make_param({3 * C_})),
-      out_proj(C_, C_, true), dropout_p(dropout), gate(Tensor::full({1, H_, 1, 1}, 1)) {
-    if (H <= 0 || C % H != 0)
+                                       std::int64_t window_, std::int64_t D_)
+    : C(C_), H(H_), D(D_ > 0 ? D_ : H_ > 0 ? C_ / H_ : 0), score(score_), scaled(scaled_), window(window_), dropout_p(dropout) {
+    if (H <= 0 || (D_ <= 0 && C % H != 0))
         throw std::invalid_argument("attention: d_model " + std::to_string(C) + " is not divisible by heads " +
                                     std::to_string(H));
+    in_proj_weight = make_param({3 * H * D, C});
+    in_proj_bias = make_param({3 * H * D});
+    out_proj = Linear(H * D, C, true);
+    gate = Tensor::full({1, H, 1, 1}, 1);
     if (score == AttentionScore::Additive) score_v = make_param({H, D});
     if (!scaled && score != AttentionScore::Dot)
         throw std::invalid_argument(std::string("attention: only dot-product scores are scaled by 1/sqrt(D), not ") + to_string(score));
@@ -140,15 +143,17 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t C_, std::int64_t H_, real dr
 }
 
 Tensor MultiHeadAttention::project_q(const Tensor& x, const Pass& pass) const {
-    Tensor q = linear(x, in_proj_weight.rows(0, C), in_proj_bias.rows(0, C));  // (B, Tq, C)
+    const std::int64_t HD = H * D;  // C, unless heads were removed
+    Tensor q = linear(x, in_proj_weight.rows(0, HD), in_proj_bias.rows(0, HD));  // (B, Tq, HD)
     pass.probe(this, "q_proj", q);
     return split_heads(q, H);  // (B, H, Tq, D)
 }
 
 std::pair<Tensor, Tensor> MultiHeadAttention::project_kv(const Tensor& x, const Pass& pass) const {
-    Tensor kv = linear(x, in_proj_weight.rows(C, 3 * C), in_proj_bias.rows(C, 3 * C));  // (B, Tk, 2C)
+    const std::int64_t HD = H * D;
+    Tensor kv = linear(x, in_proj_weight.rows(HD, 3 * HD), in_proj_bias.rows(HD, 3 * HD));  // (B, Tk, 2HD)
     pass.probe(this, "kv_proj", kv);
-    return {slice_heads(kv, 0, C, H), slice_heads(kv, C, 2 * C, H)};  // K, V: (B, H, Tk, D) each
+    return {slice_heads(kv, 0, HD, H), slice_heads(kv, HD, 2 * HD, H)};  // K, V: (B, H, Tk, D) each
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -185,6 +190,7 @@ Tensor MultiHeadAttention::output(Tensor context, const Pass& pass) const {
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value, const Tensor& mask_given,
                                    const Pass& pass, KVCache* cache) {
     const bool self = query.same_storage(key_value) && query.shape() == key_value.shape();
+    const std::int64_t HD = H * D;  // the heads' width together: C, unless heads were removed
     const bool memory_cached = cache && !self && !cache->empty();  // key_value is not read
     if (query.rank() != 3 || query.size(2) != C ||
         (!memory_cached && (key_value.rank() != 3 || key_value.size(2) != C || key_value.size(0) != query.size(0))))
@@ -210,28 +216,28 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key_value,
         Rng unused;
         Rng& rng = pass.training() ? *pass.dropout_rng : unused;
         if (self) {
-            Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)
-            return out_proj.forward(attention_heads(qkv, 0, qkv, C, 2 * C, H, D, mask, dropout_p, rng, pass.training()));
+            Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3HD)
+            return out_proj.forward(attention_heads(qkv, 0, qkv, HD, 2 * HD, H, D, mask, dropout_p, rng, pass.training()));
         }
-        Tensor q = linear(query, in_proj_weight.rows(0, C), in_proj_bias.rows(0, C));              // (B, Tq, C)
-        Tensor kv = linear(key_value, in_proj_weight.rows(C, 3 * C), in_proj_bias.rows(C, 3 * C));  // (B, Tk, 2C)
-        return out_proj.forward(attention_heads(q, 0, kv, 0, C, H, D, mask, dropout_p, rng, pass.training()));
+        Tensor q = linear(query, in_proj_weight.rows(0, HD), in_proj_bias.rows(0, HD));               // (B, Tq, HD)
+        Tensor kv = linear(key_value, in_proj_weight.rows(HD, 3 * HD), in_proj_bias.rows(HD, 3 * HD));  // (B, Tk, 2HD)
+        return out_proj.forward(attention_heads(q, 0, kv, 0, HD, H, D, mask, dropout_p, rng, pass.training()));
     }
     if (self) {
-        // Self-attention: Q, K, V from one (B, T, C) @ (3C, C)ᵀ product.
-        Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3C)
+        // Self-attention: Q, K, V from one (B, T, C) @ (3HD, C)ᵀ product.
+        Tensor qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, T, 3HD)
         pass.probe(this, "qkv", qkv);
-        Tensor q = slice_heads(qkv, 0, C, H);                        // (B, H, T, D)
+        Tensor q = slice_heads(qkv, 0, HD, H);                        // (B, H, T, D)
         if (!cache && score == AttentionScore::Linear)
-            return attend_linear(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask, pass);
-        if (!cache) return attend(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), mask, pass);
+            return attend_linear(q, slice_heads(qkv, HD, 2 * HD, H), slice_heads(qkv, 2 * HD, 3 * HD, H), mask, pass);
+        if (!cache) return attend(q, slice_heads(qkv, HD, 2 * HD, H), slice_heads(qkv, 2 * HD, 3 * HD, H), mask, pass);
         // Decoding: the new positions' K, V join the cached ones, and each query sees the keys up to its own.
         if (mask.defined())
             throw std::invalid_argument("attention: self-attention with a cache masks by position itself; got a mask " +
                                         mask.shape().str());
         if (score == AttentionScore::Linear)  // the running sums continue; no keys are kept
-            return attend_linear(q, slice_heads(qkv, C, 2 * C, H), slice_heads(qkv, 2 * C, 3 * C, H), Tensor(), pass, cache);
-        cache->append(qkv, C, 2 * C, H, D);
+            return attend_linear(q, slice_heads(qkv, HD, 2 * HD, H), slice_heads(qkv, 2 * HD, 3 * HD, H), Tensor(), pass, cache);
+        cache->append(qkv, HD, 2 * HD, H, D);
         if (score == AttentionScore::Local) {  // only the last W keys: each step O(W), whatever the length
             const KVCache::Window w = cache->window_slice(query.size(1), window);
             return attend(q, w.k, w.v, w.mask, pass);  // over (B, H, ≤ W + Tq − 1, D)
@@ -270,9 +276,10 @@ Tensor MultiHeadAttention::attend_band(const Tensor& x, const Tensor& mask, cons
             for (std::int64_t j = 0; j < T; ++j)
                 if (m.keep.data()[(Bm == 1 ? 0 : b) * T + j] == 0) key_mask.data()[b * T + j] = kNegInf;
     }
-    Tensor qkv = linear(x, in_proj_weight, in_proj_bias);  // (B, T, 3C)
+    const std::int64_t HD = H * D;
+    Tensor qkv = linear(x, in_proj_weight, in_proj_bias);  // (B, T, 3HD)
     pass.probe(this, "qkv", qkv);
-    Tensor q = slice_heads(qkv, 0, C, H), k = slice_heads(qkv, C, 2 * C, H), v = slice_heads(qkv, 2 * C, 3 * C, H);  // (B, H, T, D)
+    Tensor q = slice_heads(qkv, 0, HD, H), k = slice_heads(qkv, HD, 2 * HD, H), v = slice_heads(qkv, 2 * HD, 3 * HD, H);  // (B, H, T, D)
     Rng unused;
     Rng& rng = pass.training() ? *pass.dropout_rng : unused;
     return band_attention(q, k, v, key_mask, window, m.causal, real(1) / std::sqrt(real(D)), dropout_p, rng,

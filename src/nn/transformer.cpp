@@ -96,6 +96,16 @@ void ModelConfig::validate_settings() const {
     if (d_model % heads != 0)
         throw std::invalid_argument("model config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
                                     std::to_string(heads));
+    for (auto [role, counts, layers] : {std::tuple<char, const std::vector<std::int64_t>*, std::int64_t>{'E', &enc_self_heads, decoder_only() ? 0 : enc_layers},
+                                        {'D', &dec_self_heads, dec_layers}, {'A', &cross_heads, decoder_only() ? 0 : dec_layers}}) {
+        if (!counts->empty() && std::int64_t(counts->size()) != layers)
+            throw std::invalid_argument(std::string("model config: head_counts ") + role + " lists " + std::to_string(counts->size()) +
+                                        " layers, but the model has " + std::to_string(layers) + " such attentions");
+        for (std::int64_t n : *counts)
+            if (n < 1 || n > heads)
+                throw std::invalid_argument(std::string("model config: head_counts ") + role + " has a layer of " + std::to_string(n) +
+                                            " heads; each keeps 1 to heads (" + std::to_string(heads) + ")");
+    }
     if (tie == Tying::All && src_vocab != tgt_vocab)
         throw std::invalid_argument("model config: tie 'all' shares one embedding table, which needs a joint vocabulary, "
                                     "but src_vocab is " + std::to_string(src_vocab) + " and tgt_vocab " + std::to_string(tgt_vocab));
@@ -129,6 +139,50 @@ void ModelConfig::validate() const {
                                     std::to_string(kMaxParameters));
 }
 
+std::int64_t ModelConfig::heads_in(char role, std::int64_t layer) const {
+    const std::vector<std::int64_t>& counts = role == 'E' ? enc_self_heads : role == 'D' ? dec_self_heads : cross_heads;
+    return counts.empty() ? heads : counts.at(std::size_t(layer));
+}
+
+std::string ModelConfig::head_counts_text() const {
+    std::string text;
+    for (auto [role, counts] : {std::pair<char, const std::vector<std::int64_t>*>{'E', &enc_self_heads}, {'D', &dec_self_heads},
+                                {'A', &cross_heads}}) {
+        if (counts->empty()) continue;
+        text += (text.empty() ? "" : ";") + std::string(1, role) + ":";
+        for (std::size_t l = 0; l < counts->size(); ++l) text += (l ? "," : "") + std::to_string((*counts)[l]);
+    }
+    return text;
+}
+
+void ModelConfig::set_head_counts(const std::string& text) {
+    enc_self_heads.clear();
+    dec_self_heads.clear();
+    cross_heads.clear();
+    auto refuse = [&](const std::string& why) {
+        throw std::invalid_argument("must be per-layer head counts such as 'E:4,3;D:4,4;A:1,4' (" + why + "), got '" + text + "'");
+    };
+    std::size_t at = 0;
+    while (at < text.size()) {
+        const std::size_t end = std::min(text.find(';', at), text.size());
+        const std::string part = text.substr(at, end - at);
+        at = end + 1;
+        if (part.size() < 3 || part[1] != ':' || std::string("EDA").find(part[0]) == std::string::npos)
+            refuse("'" + part + "' is not KIND:n,n,... with KIND E, D or A");
+        std::vector<std::int64_t>& counts = part[0] == 'E' ? enc_self_heads : part[0] == 'D' ? dec_self_heads : cross_heads;
+        if (!counts.empty()) refuse(std::string(1, part[0]) + " is listed twice");
+        std::size_t from = 2;
+        while (from <= part.size()) {
+            const std::size_t comma = std::min(part.find(',', from), part.size());
+            const std::string number = part.substr(from, comma - from);
+            if (number.empty() || number.size() > 7 || number.find_first_not_of("0123456789") != std::string::npos)
+                refuse("'" + number + "' is not a head count");
+            counts.push_back(std::stoll(number));
+            from = comma + 1;
+        }
+    }
+}
+
 std::int64_t ModelConfig::parameter_count() const {
     ShapeOnly shapes;  // the model's own constructors, allocating nothing
     return Transformer(*this).parameter_count();
@@ -154,6 +208,7 @@ std::optional<ModelConfig> resized(const ModelConfig& c, const std::string& key)
         ModelConfig v = c;
         if (key == "heads") {
             v.heads = c.heads > 1 ? 1 : c.d_model;  // both divide d_model
+            v.enc_self_heads.clear(), v.dec_self_heads.clear(), v.cross_heads.clear();
         } else if (key == "d_model") {
             v.d_model += sign * c.heads;  // still divisible by heads
         } else if (key == "ffn") {
@@ -194,6 +249,9 @@ std::optional<ModelConfig> plainest(const ModelConfig& c, const std::string& key
     }
     if (key == "enc_layers") set(v.enc_layers, std::int64_t{1});
     if (key == "dec_layers") set(v.dec_layers, std::int64_t{1});
+    for (std::vector<std::int64_t>* counts : {&v.enc_self_heads, &v.dec_self_heads, &v.cross_heads})  // per layer: the first
+        if (counts->size() > 1 && (key == "enc_layers" ? counts == &v.enc_self_heads : key == "dec_layers" && counts != &v.enc_self_heads))
+            counts->resize(1);
     if (key == "arch") set(v.arch, Architecture::EncoderDecoder);
     if (!changed) return std::nullopt;
     return v;
@@ -248,8 +306,9 @@ namespace {
 LayerNorm layer_norm_of(const ModelConfig& c) { return c.layer_norm ? LayerNorm(c.d_model) : LayerNorm(); }
 }  // namespace
 
-EncoderLayer::EncoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling, c.window),
+EncoderLayer::EncoderLayer(const ModelConfig& c, std::int64_t layer)
+    : self_attn(c.d_model, c.heads_in('E', layer), real(c.attention_dropout), c.attention, c.score_scaling, c.window,
+                c.head_width()),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
       norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), dropout_p(real(c.dropout)), norm(c.norm),
       residual(c.residual), layer_norm(c.layer_norm) {}
@@ -311,11 +370,12 @@ void EncoderLayer::init(Rng& rng) {
     ff.init(rng);
 }
 
-DecoderLayer::DecoderLayer(const ModelConfig& c)
-    : self_attn(c.d_model, c.heads, real(c.attention_dropout), c.attention, c.score_scaling, c.window),
+DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t layer)
+    : self_attn(c.d_model, c.heads_in('D', layer), real(c.attention_dropout), c.attention, c.score_scaling, c.window,
+                c.head_width()),
       multihead_attn(c.decoder_only() ? MultiHeadAttention()
-                                      : MultiHeadAttention(c.d_model, c.heads, real(c.attention_dropout), c.attention,
-                                                           c.score_scaling, c.window)),
+                                      : MultiHeadAttention(c.d_model, c.heads_in('A', layer), real(c.attention_dropout),
+                                                           c.attention, c.score_scaling, c.window, c.head_width())),
       ff(c.d_model, c.ffn, c.activation, real(c.activation_dropout)),
       norm1(layer_norm_of(c)), norm2(layer_norm_of(c)), norm3(c.decoder_only() ? LayerNorm() : layer_norm_of(c)),
       dropout_p(real(c.dropout)), norm(c.norm), residual(c.residual), layer_norm(c.layer_norm), causal(c.causal_mask),
@@ -376,11 +436,11 @@ Transformer::Transformer(const ModelConfig& c, std::uint64_t seed)
     }
     if (c.positional == PositionalKind::Learned) init_normal(positional.table, rng, 0.02);
     for (std::int64_t i = 0; i < (c.decoder_only() ? 0 : c.enc_layers); ++i) {
-        encoder.emplace_back(c);
+        encoder.emplace_back(c, i);
         encoder.back().init(rng);
     }
     for (std::int64_t i = 0; i < c.dec_layers; ++i) {
-        decoder.emplace_back(c);
+        decoder.emplace_back(c, i);
         decoder.back().init(rng);
     }
     if (c.norm == NormPosition::Pre) {

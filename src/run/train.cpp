@@ -163,7 +163,8 @@ private:
     // Everything is read and checked before anything is written: a typo in a flag or a file name leaves
     // the directory as it was, even with --force.
     void prepare_directory();  // the run's settings (--resume: run.json, and which checkpoint to continue)
-    void prepare_data();       // the corpus read and the tokenizer trained, in memory
+    void prepare_data();       // the corpus read and the tokenizer trained (--init-from: the model's), in memory
+    void read_init_model();    // --init-from: the model, its settings and its tokenizer
     void build_model();        // the model, and with --resume its checkpoint loaded
     void start_writing();      // only now: --force's deletions, the tokenizer, run.json, metrics.jsonl
     void lock_directory();
@@ -194,6 +195,7 @@ private:
     RunIdentity identity_;          // the run's id and data files (new: made here; --resume: run.json's)
 
     TokenizerPair tokenizers_;
+    std::unique_ptr<Transformer> init_from_;  // --init-from: the model the run starts from (moved into model_)
     std::unique_ptr<Batcher> batcher_;
     std::vector<std::int64_t> overfit_rows_;  // --overfit-batch: the one batch every step trains on
     std::vector<Example> valid_examples_;
@@ -371,6 +373,7 @@ void Trainer::prepare_data() {
     // Every input file is read before any work, so that a wrong name fails at once.
     // A decoder-only model reads one text: each non-empty line is an example, BOS + tokens -> tokens + EOS,
     // read here as a "pair" of the line with itself whose source side is then dropped.
+    if (!c_.resume && !c_.init_from.empty()) read_init_model();
     const bool lm = c_.model.decoder_only();
     const ParallelText train_text = read_parallel(c_.data.train_src, lm ? c_.data.train_src : c_.data.train_tgt);
     ParallelText valid_text;
@@ -378,7 +381,7 @@ void Trainer::prepare_data() {
         valid_text = read_parallel(c_.data.valid_src, lm ? c_.data.valid_src : c_.data.valid_tgt);
     if (c_.resume) {
         tokenizers_ = TokenizerPair::load(dir_);
-    } else {
+    } else if (!init_from_) {  // (--init-from: the model's own tokenizer, read_init_model)
         TokenizerOptions opt;
         opt.kind = c_.data.tokenizer;
         opt.joint = c_.data.joint_vocab || lm;  // a decoder-only model has one side
@@ -391,6 +394,8 @@ void Trainer::prepare_data() {
              << " vocabulary" << (c_.data.vocab_size ? ", " + std::to_string(c_.data.vocab_size) + " entries" : "") << ")\n";
         // (decoder-only: the text once, not as both sides of a joint vocabulary)
         tokenizers_ = TokenizerPair::train(lm ? std::vector<std::string>() : train_text.source, train_text.target, opt);
+    }
+    if (!c_.resume) {
         // Regular files only: a pipe (--train-src <(zcat ...)) has been read and cannot be read again, nor
         // resumed from the same bytes.
         std::error_code ec;
@@ -440,6 +445,26 @@ void Trainer::prepare_data() {
     }
 }
 
+// Fine-tuning (--init-from DIR): the run's model is DIR's, settings and weights, and so is its tokenizer; of
+// the model settings only the dropouts are this run's (a fine-tuning recipe may change them). The rest of
+// the run (data, optimiser, schedule, seed of the batch order and dropout) is this call's, from step 0.
+void Trainer::read_init_model() {
+    ModelBundle bundle = load_model_dir(c_.init_from);
+    ModelConfig m = bundle.model->config;
+    m.dropout = c_.model.dropout;
+    m.attention_dropout = c_.model.attention_dropout;
+    m.activation_dropout = c_.model.activation_dropout;
+    if (c_.data.max_len + 2 > m.max_len)
+        throw std::runtime_error("--init-from '" + c_.init_from + "': its model covers " + std::to_string(m.max_len) +
+                                 " positions, fewer than --max-len " + std::to_string(c_.data.max_len) + " + 2 needs; lower --max-len to " +
+                                 std::to_string(m.max_len - 2));
+    c_.model = m;
+    tokenizers_ = std::move(bundle.tokenizers);
+    init_from_ = std::move(bundle.model);
+    log_ << "initialised from " << c_.init_from << " (" << bundle.weights_path << "): its model settings and tokenizer"
+         << (m.heads_removed() ? ", heads per layer " + m.head_counts_text() : "") << "\n";
+}
+
 void Trainer::build_model() {
     ModelConfig& m = c_.model;
     m.src_vocab = tokenizers_.source->vocab_size();  // decoder-only: the one tokenizer's, unused
@@ -450,6 +475,16 @@ void Trainer::build_model() {
     // Decoding may run longer than training sentences: the positional table covers the decode cap too.
     m.max_len = std::max<std::int64_t>(m.max_len, c_.data.max_len + 2);
     model_ = std::make_unique<Transformer>(m, c_.seed);
+    if (init_from_) {  // its weights, name by name (the same settings give the same names and shapes)
+        const ParamList from = init_from_->parameters(), to = model_->parameters();
+        for (std::size_t i = 0; i < to.size(); ++i) {
+            Tensor dst = to[i].tensor;
+            if (from.at(i).name != to[i].name || !(from[i].tensor.shape() == dst.shape()))
+                throw std::logic_error("--init-from: parameter " + to[i].name + " differs from the model read");
+            std::copy(from[i].tensor.data(), from[i].tensor.data() + dst.numel(), dst.data());
+        }
+        init_from_.reset();
+    }
     const ParamList params = model_->parameters();
     AdamOptions ao{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay};
     if (c_.optim.optimizer == "adam") optimizer_ = std::make_unique<Adam>(params, ao);
@@ -499,7 +534,8 @@ void Trainer::build_model() {
     const std::string layers = m.decoder_only() ? "decoder-only, " + std::to_string(m.dec_layers)
                                                 : std::to_string(m.enc_layers) + "+" + std::to_string(m.dec_layers);
     const std::string vocab = m.decoder_only() ? std::to_string(m.tgt_vocab) : std::to_string(m.src_vocab) + "/" + std::to_string(m.tgt_vocab);
-    log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads, ffn "
+    log_ << "model: " << model_->parameter_count() << " parameters (d_model " << m.d_model << ", " << m.heads << " heads"
+         << (m.heads_removed() ? " (per layer " + m.head_counts_text() + ")" : "") << ", ffn "
          << m.ffn << ", " << layers << " layers, " << to_string(m.norm) << "-norm, tie "
          << to_string(m.tie) << ", vocab " << vocab << off << "); " << batcher_->num_batches() << " batches per epoch"
          << (c_.optim.accumulate > 1 ? " (" + std::to_string(steps_per_epoch()) + " optimizer steps of --accumulate " +
@@ -766,8 +802,10 @@ void Trainer::validate_before_training() {
     line.weights = average_ ? "ema" : "last";
     write_metrics(line);
     log_ << "validation before training | loss " << fmt("%.4f", loss.loss) << " | nll " << fmt("%.4f", loss.nll)
-         << " | ppl " << fmt("%.2f", loss.ppl) << " (a model that knows nothing: nll ln V = "
-         << fmt("%.4f", std::log(double(model_->config.tgt_vocab))) << ")\n";
+         << " | ppl " << fmt("%.2f", loss.ppl)
+         << (c_.init_from.empty() ? " (a model that knows nothing: nll ln V = " + fmt("%.4f", std::log(double(model_->config.tgt_vocab))) + ")"
+                                  : " (the model of --init-from)")
+         << "\n";
 }
 
 // A signal during validation ends it after the batch under way: a large validation set must not keep a

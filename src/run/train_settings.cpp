@@ -158,6 +158,11 @@ std::vector<Setting<TrainConfig>> build_table() {
         "(no shuffling; dropout as configured). The loss must fall to about 0 (with --label-smoothing 0;\n"
         "otherwise the nll does): a debugging habit. Needs --max-steps or --time-budget",
         "", [](auto& c) -> auto& { return c.overfit_batch; })));
+    t.push_back(added_later(text_setting<T>(
+        "init-from", "init_from", run,
+        "Fine-tune: start from this model directory (or checkpoint) — its model settings (but the dropouts),\n"
+        "its weights and its tokenizer — instead of a new model; e.g. a pruned model of heads prune --save",
+        [](auto& c) -> auto& { return c.init_from; })));
     t.push_back(integer_setting<T>("valid-bleu-sentences", "valid_bleu_sentences", run,
                                    "Decode only the first N validation sentences (0 = all)", 0, 1e9,
                                    [](auto& c) -> auto& { return c.valid_bleu_sentences; }));

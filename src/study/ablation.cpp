@@ -173,14 +173,14 @@ AblationReport ablate_heads(Transformer& model, const TokenizerPair& tokenizers,
     std::vector<AblationRow> single, others;
     for (HeadKind kind : kHeadKinds)
         for (int l = 0; l < layers_of(model.config, kind); ++l)
-            for (int h = 0; h < model.config.heads; ++h) {
+            for (int h = 0, H = heads_of(model.config, kind, l); h < H; ++h) {
                 AblationRow one;
                 one.what = HeadId{kind, l, h}.str();
                 one.masked = {HeadId{kind, l, h}};
                 single.push_back(one);
                 AblationRow rest;
                 rest.what = std::string(1, to_char(kind)) + ":" + std::to_string(l) + ": all but " + std::to_string(h);
-                for (int o = 0; o < model.config.heads; ++o)
+                for (int o = 0; o < H; ++o)
                     if (o != h) rest.masked.push_back(HeadId{kind, l, o});
                 others.push_back(rest);
             }

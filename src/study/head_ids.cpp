@@ -25,6 +25,8 @@ int layers_of(const ModelConfig& c, HeadKind kind) {
     return int(kind == HeadKind::E ? c.enc_layers : c.dec_layers);
 }
 
+int heads_of(const ModelConfig& c, HeadKind kind, int layer) { return int(c.heads_in(to_char(kind), layer)); }
+
 std::string HeadId::str() const { return std::string(1, to_char(kind)) + ":" + std::to_string(layer) + ":" + std::to_string(head); }
 
 namespace {
@@ -77,9 +79,9 @@ std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& 
         if (id.layer >= layers_of(config, id.kind))
             throw std::invalid_argument("head '" + item + "': the model's " + describe(id.kind) + " has layers 0.." +
                                         std::to_string(layers_of(config, id.kind) - 1));
-        if (id.head >= config.heads)
-            throw std::invalid_argument("head '" + item + "': the model has heads 0.." + std::to_string(config.heads - 1) +
-                                        " in each attention");
+        if (const int H = heads_of(config, id.kind, id.layer); id.head >= H)
+            throw std::invalid_argument("head '" + item + "': the model has heads 0.." + std::to_string(H - 1) +
+                                        (config.heads_removed() ? " in that attention (heads were removed)" : " in each attention"));
         if (std::find(heads.begin(), heads.end(), id) == heads.end()) heads.push_back(id);
     }
     if (heads.empty()) throw std::invalid_argument("head list '" + spec + "' names no head (expected e.g. E:0:1,A:2:3)");

@@ -221,6 +221,11 @@ SimilarityReport head_similarity(const std::vector<Transformer*>& models, const 
         throw std::invalid_argument("heads similarity: one name and one sample per model");
     if (options.batch_tokens < 1) throw std::invalid_argument("heads similarity: --batch-tokens must be >= 1");
     const ModelConfig& c0 = models[0]->config;
+    for (std::size_t k = 0; k < models.size(); ++k)
+        if (models[k]->config.heads_removed())
+            throw std::invalid_argument("heads similarity: --model " + names[k] + " had heads removed (head_counts " +
+                                        models[k]->config.head_counts_text() + "); the measures compare attentions of " +
+                                        "equal head counts, so give models with every head");
     for (std::size_t k = 1; k < models.size(); ++k) {
         const ModelConfig& c = models[k]->config;
         if (c.d_model != c0.d_model || c.heads != c0.heads || c.enc_layers != c0.enc_layers || c.dec_layers != c0.dec_layers)

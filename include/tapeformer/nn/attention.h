@@ -3,7 +3,9 @@
 //                                                          or, to break it, Q Kᵀ without the 1/√D;
 //                                                          or linear / local attention, at AttentionScore)
 //   head_h = Attention(x_q W_qʰ, x_kv W_kʰ, x_kv W_vʰ),   MultiHead = concat_h(ξ_h · head_h) W_o
-// with H heads of width D = C / H. ξ_h is the head gate (1 by default): ∂L/∂ξ_h is the head importance of
+// with H heads of width D = C / H (or fewer heads of the same D, where heads were removed: heads prune
+// --save; then the heads' width together, HD = H·D, is less than C). ξ_h is the head gate (1 by default):
+// ∂L/∂ξ_h is the head importance of
 // Michel et al. (2019), and ξ_h = 0 masks the head. One module serves the three uses: encoder
 // self-attention (key padding mask), decoder self-attention (causal + key padding mask) and encoder–decoder
 // cross-attention (queries from the decoder, keys and values from the encoder output).
@@ -93,20 +95,21 @@ AttentionScore parse_attention_score(const std::string& s);
 
 struct MultiHeadAttention {
     static constexpr const char* kType = "MultiHeadAttention";
-    std::int64_t C = 0, H = 0, D = 0;
+    std::int64_t C = 0, H = 0, D = 0;  // HD = H·D is C unless heads were removed
     AttentionScore score = AttentionScore::Dot;
     bool scaled = true;     // dot scores divided by √D (false: Q Kᵀ as it is, to watch softmax saturate)
     std::int64_t window = 0;  // W, local attention's window (AttentionScore::Local only, then ≥ 1)
-    Tensor in_proj_weight;  // (3C, C): rows [0, C) are W_q, [C, 2C) W_k, [2C, 3C) W_v — PyTorch's layout
-    Tensor in_proj_bias;    // (3C)
-    Linear out_proj;        // W_o (C, C) and its bias
+    Tensor in_proj_weight;  // (3HD, C): rows [0, HD) are W_q, [HD, 2HD) W_k, [2HD, 3HD) W_v — PyTorch's layout
+    Tensor in_proj_bias;    // (3HD)
+    Linear out_proj;        // W_o (C, HD) and its bias (C)
     Tensor score_v;         // v (H, D): each head's additive scoring vector (AttentionScore::Additive only)
     real dropout_p = 0;     // on the attention weights
     Tensor gate;            // ξ (1, H, 1, 1): not a parameter; set_requires_grad(true) to get ∂L/∂ξ
 
     MultiHeadAttention() = default;
+    // D = C / H, or `D` where given (> 0): a model whose heads were removed keeps its heads' width.
     MultiHeadAttention(std::int64_t C, std::int64_t H, real dropout, AttentionScore score = AttentionScore::Dot,
-                       bool scaled = true, std::int64_t window = 0);
+                       bool scaled = true, std::int64_t window = 0, std::int64_t D = 0);
 
     // query (B, Tq, C), key_value (B, Tk, C) -> (B, Tq, C). mask broadcasts to (B, H, Tq, Tk).
     // When query and key_value are the same tensor (self-attention), Q, K and V come from one fused (C -> 3C)

@@ -69,6 +69,9 @@ struct ModelConfig {
     bool residual = true;             // every sublayer's output added to its input (x + Sublayer(x))
     bool layer_norm = true;           // the LayerNorms (off: none at all, so post and pre are the same; post only)
     std::int64_t max_len = 256;       // longest sequence the positional table covers
+    // Heads per layer of a model whose heads were removed (heads prune --save): one count per layer of each
+    // attention, in [1, heads]; empty: `heads` in every layer. The head width D stays d_model / heads.
+    std::vector<std::int64_t> enc_self_heads, dec_self_heads, cross_heads;
     std::int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
     // The range of each number, so that an edited file cannot ask for terabytes: sizes from 1, ids from 0,
@@ -83,6 +86,15 @@ struct ModelConfig {
     static constexpr std::int64_t kMaxParameters = 1000000000;   // 4 GB of float32 weights
 
     bool decoder_only() const { return arch == Architecture::DecoderOnly; }
+    std::int64_t head_width() const { return d_model / heads; }  // D
+    // The heads of layer `layer`'s attention of role 'E' (encoder self-attention), 'D' (decoder
+    // self-attention) or 'A' (cross-attention): `heads` unless some were removed.
+    std::int64_t heads_in(char role, std::int64_t layer) const;
+    bool heads_removed() const { return !enc_self_heads.empty() || !dec_self_heads.empty() || !cross_heads.empty(); }
+    // The per-layer head counts as the weights file's metadata stores them, "E:4,3,4;D:4,4,4;A:1,4,4" ("" when
+    // no head was removed), and back; a malformed text throws std::invalid_argument saying what is expected.
+    std::string head_counts_text() const;
+    void set_head_counts(const std::string& text);
     // Throws std::invalid_argument naming the offending setting(s), before anything is allocated.
     void validate() const;
     // validate() but for the bound on the total size, which needs a shape-only build of the model (whose
@@ -118,7 +130,7 @@ struct EncoderLayer {
     bool residual = true, layer_norm = true;  // ModelConfig's switches
 
     EncoderLayer() = default;
-    explicit EncoderLayer(const ModelConfig& c);
+    explicit EncoderLayer(const ModelConfig& c, std::int64_t layer = 0);  // layer: which head count (heads_in) it has
     // x (B, S, C), mask (B, 1, 1, S) -> (B, S, C). Probes, after each sublayer: "add_norm" (post-norm, from
     // the LayerNorm that made it), "residual" (pre-norm, or no LayerNorm) or, without a residual, "norm"
     // (post-norm) or nothing; and "norm" before it (pre-norm: the sublayer's input).
@@ -155,7 +167,7 @@ struct DecoderLayer {
     bool cross = true;   // has cross-attention (false in a decoder-only model: memory is then never read)
 
     DecoderLayer() = default;
-    explicit DecoderLayer(const ModelConfig& c);
+    explicit DecoderLayer(const ModelConfig& c, std::int64_t layer = 0);  // layer: which head counts (heads_in) it has
     // x (B, T, C), memory (B, S, C), self_mask (B, 1, T, T), memory_mask (B, 1, 1, S) -> (B, T, C)
     // (without cross-attention, memory and memory_mask are undefined tensors)
     // With a cache (decoding, under NoGradGuard): x holds the T positions after those already cached,

@@ -73,6 +73,9 @@ struct TrainConfig {
                                        // passes to train(); the run itself only truncates it on --resume
     bool valid_bleu = true;            // validation also decodes (greedy) and scores BLEU; best = highest BLEU
     std::int64_t valid_bleu_sentences = 0;  // decode only the first N validation sentences (0 = all)
+    std::string init_from;             // fine-tuning: a model directory (or checkpoint) whose model, weights
+                                       // and tokenizer the run starts from; the model settings are its own but
+                                       // for the dropouts ("" = a new model; heads prune --save's smaller models)
     bool overfit_batch = false;        // train on one batch, the first pairs of the training file, every step
                                        // (a debugging habit: the loss must fall to about 0); needs max_steps or
                                        // time_budget_minutes

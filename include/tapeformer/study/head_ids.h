@@ -15,6 +15,8 @@ enum class HeadKind { E, D, A };
 inline constexpr HeadKind kHeadKinds[] = {HeadKind::E, HeadKind::D, HeadKind::A};
 // The layers of `config`'s model that have an attention of `kind`.
 int layers_of(const ModelConfig& config, HeadKind kind);
+// The heads of that kind's attention in `layer`: config.heads, unless heads were removed (ModelConfig::heads_in).
+int heads_of(const ModelConfig& config, HeadKind kind, int layer);
 
 struct HeadId {
     HeadKind kind = HeadKind::E;

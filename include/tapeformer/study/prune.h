@@ -3,11 +3,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tapeformer/study/ablation.h"
 #include "tapeformer/study/heads.h"
+#include "tapeformer/study/provenance.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -44,5 +46,32 @@ std::vector<PrunePoint> prune_heads(Transformer& model, const TokenizerPair& tok
                                     const std::vector<std::string>& rank_src, const std::vector<std::string>& rank_ref,
                                     const PruneOptions& options,
                                     const std::function<void(const PrunePoint&)>& on_point = nullptr);
+
+// A model with heads physically removed, as Michel et al. (2019) measure its speed: for each listed head
+// of `model` (its own indices), the D rows of W_q, W_k, W_v (and their biases) and the D columns of W_o go,
+// so each attention keeps H_l heads, in_proj (3·H_l·D, C) and W_o (C, H_l·D); the model's settings record
+// the counts (ModelConfig::enc_self_heads, ...: the weights file's head_counts). Every other weight is
+// copied, and a kept head's gate ξ_h (1 unless set: L0's evaluation gates) is folded into its W_o columns.
+// Its output equals `model`'s with those heads masked (gate 0), to rounding: the masked heads' terms are
+// gone from W_o's sums instead of multiplied by 0. An attention whose every head is listed keeps
+// its first head with W_o's columns zeroed (its output is then W_o's bias, as masked): a model's
+// attentions keep at least one head. The heads are renumbered 0..H_l − 1 in their old order.
+struct HeadRemoval {
+    std::unique_ptr<Transformer> model;
+    std::vector<HeadId> zeroed;  // the heads kept, with W_o's columns zero, in attentions whose every head was listed
+};
+HeadRemoval remove_heads(const Transformer& model, const std::vector<HeadId>& heads);
+
+// What heads prune --save writes beside the smaller model, DIR/pruning.json: the model it came from
+// (made_from: path, weights file, checksum), the method, the heads removed in the source's numbering, the
+// heads kept zeroed, the head counts, and the evaluation pairs' BLEU and NLL of the masked source model and
+// the NLL of the model with the heads removed.
+struct PruneRecord {
+    std::string method;            // "mask (order importance)", "l0"
+    std::vector<HeadId> removed;
+    double fraction = 0, bleu = 0, nll_masked = 0, nll_removed = 0;
+    std::int64_t parameters_before = 0, parameters_after = 0;
+};
+std::string pruning_json(const StudyProvenance& made_from, const PruneRecord& record, const HeadRemoval& removal);
 
 TF_NAMESPACE_END
