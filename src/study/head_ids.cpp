@@ -89,6 +89,10 @@ std::vector<HeadId> parse_head_list(const std::string& spec, const ModelConfig& 
 }
 
 MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer) {
+    return const_cast<MultiHeadAttention&>(attention_of(static_cast<const Transformer&>(model), kind, layer));
+}
+
+const MultiHeadAttention& attention_of(const Transformer& model, HeadKind kind, int layer) {
     if (kind == HeadKind::E) return model.encoder.at(std::size_t(layer)).self_attn;
     if (kind == HeadKind::D) return model.decoder.at(std::size_t(layer)).self_attn;
     return model.decoder.at(std::size_t(layer)).multihead_attn;

@@ -187,7 +187,7 @@ HeadRemoval remove_heads(const Transformer& model, const std::vector<HeadId>& he
     // Then each attention's rows of W_q, W_k, W_v and columns of W_o, head by head:
     //   in_proj (3·H·D, C) -> (3·H_l·D, C), in_proj_bias (3·H·D) -> (3·H_l·D), W_o (C, H·D) -> (C, H_l·D), v (H, D) -> (H_l, D)
     for (auto& [at, keep] : kept) {
-        const MultiHeadAttention& a = attention_of(const_cast<Transformer&>(model), at.first, at.second);
+        const MultiHeadAttention& a = attention_of(model, at.first, at.second);
         MultiHeadAttention& b = attention_of(to, at.first, at.second);
         const std::int64_t C = a.C, D = a.D, HD_a = a.H * D, HD_b = b.H * D;
         const bool zero = contains(out.zeroed, HeadId{at.first, at.second, 0});  // every head listed
@@ -203,8 +203,7 @@ HeadRemoval remove_heads(const Transformer& model, const std::vector<HeadId>& he
             const real xi = zero ? real(0) : a.gate.defined() ? a.gate.data()[h] : real(1);
             for (std::int64_t r = 0; r < C; ++r)
                 for (std::int64_t d = 0; d < D; ++d)
-                    b.out_proj.weight.data()[r * HD_b + std::int64_t(j) * D + d] = xi == real(1) ? a.out_proj.weight.data()[r * HD_a + h * D + d]
-                                                                                                 : xi * a.out_proj.weight.data()[r * HD_a + h * D + d];
+                    b.out_proj.weight.data()[r * HD_b + std::int64_t(j) * D + d] = xi * a.out_proj.weight.data()[r * HD_a + h * D + d];
             if (a.score_v.defined())
                 std::copy(a.score_v.data() + h * D, a.score_v.data() + (h + 1) * D, b.score_v.data() + std::int64_t(j) * D);
         }

@@ -37,6 +37,7 @@ std::vector<HeadKind> parse_head_kinds(const std::string& spec);
 
 // The attention module of a kind and layer.
 MultiHeadAttention& attention_of(Transformer& model, HeadKind kind, int layer);
+const MultiHeadAttention& attention_of(const Transformer& model, HeadKind kind, int layer);
 
 // Sets each listed head's gate to 0 (and every other gate to 1). Masking every head of a layer leaves
 // that attention's output equal to its out-projection bias: the layer then passes no information
