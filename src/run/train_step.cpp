@@ -3,10 +3,15 @@
 // then the step.
 #include "tapeformer/run/train_step.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "tapeformer/nn/module.h"
 #include "tapeformer/ops.h"
 
 TF_NAMESPACE_BEGIN
@@ -43,6 +48,116 @@ std::string first_nonfinite_backward() {
                        it->out.shape().str() + ")";
     return "no backward wrote a non-finite gradient";
 }
+
+// ---- the micro-batches' gradients, and their sum -----------------------------------------------------------
+
+// At most this many values go to the ranks in one call (16 MiB of float32): the fused buffer is sent in a
+// few large buckets rather than one message per parameter.
+constexpr std::int64_t kBucketValues = std::int64_t(1) << 22;
+
+void add_into(real* sum, const real* g, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) sum[i] += g[i];
+}
+
+// The gradients of a global batch's micro-batches, fused: every parameter's gradient at its offset in one
+// flat buffer (unique_parameters' order, P values), then one flag per parameter (1: a backward reached it).
+// One process adds each micro-batch's gradient into the sum as it comes (add); a rank of a job keeps its
+// own in slots (keep), gathers everyone's (exchange) and adds them all in micro-batch order, as one process
+// would have: the same additions in the same order, the same bits.
+class MicroBatchGradients {
+public:
+    // slots: the micro-batches this rank keeps (0 in one process).
+    MicroBatchGradients(const ParamList& params, std::int64_t slots) : params_(unique_parameters(params)), slots_(slots) {
+        for (const NamedTensor& p : params_) {
+            offset_.push_back(values_);
+            values_ += p.tensor.numel();
+        }
+        width_ = values_ + std::int64_t(params_.size());
+        sum_.assign(std::size_t(values_), real(0));
+        reached_.assign(params_.size(), 0);
+        mine_.assign(std::size_t(slots_ * width_), real(0));
+    }
+
+    // The parameters' gradients now (one micro-batch's): added into the sum.
+    void add() {
+        for (std::size_t p = 0; p < params_.size(); ++p) {
+            const Tensor& t = params_[p].tensor;
+            if (!t.has_grad()) continue;
+            add_into(sum_.data() + offset_[p], t.grad(), t.numel());
+            reached_[p] = 1;
+        }
+    }
+
+    // The parameters' gradients now: kept in this rank's slot `slot`.
+    void keep(std::int64_t slot) {
+        for (std::size_t p = 0; p < params_.size(); ++p) {
+            const Tensor& t = params_[p].tensor;
+            const real* g = t.grad();  // nullptr: no backward reached it (the slot keeps zeros and flag 0)
+            if (g)
+                runs(offset_[p], t.numel(), [&](std::int64_t i, std::int64_t len, std::int64_t done) {
+                    std::memcpy(&mine_[std::size_t(at(i, slot, slots_))], g + done, std::size_t(len) * sizeof(real));
+                });
+            mine_[std::size_t(at(values_ + std::int64_t(p), slot, slots_))] = g ? real(1) : real(0);
+        }
+    }
+
+    // Every rank's slots, gathered bucket by bucket (rank q's slot j is micro-batch k = j · R + q), added
+    // into the sum in the order k = 0, 1, ...: an empty slot (a short global batch) has no flag set.
+    void exchange(Communicator& ranks) {
+        const std::int64_t R = ranks.size(), block = R * slots_;
+        all_.resize(std::size_t(block * width_));
+        for (std::int64_t lo = 0; lo < width_; lo += kBucketValues) {
+            const std::int64_t len = std::min(kBucketValues, width_ - lo);
+            ranks.all_gather(mine_.data() + slots_ * lo, slots_ * len, all_.data() + block * lo);
+        }
+        for (std::int64_t k = 0; k < block; ++k) {
+            const std::int64_t slot = (k % R) * slots_ + k / R;  // rank k mod R's slot k / R
+            for (std::size_t p = 0; p < params_.size(); ++p) {
+                if (all_[std::size_t(at(values_ + std::int64_t(p), slot, block))] == real(0)) continue;
+                runs(offset_[p], params_[p].tensor.numel(), [&](std::int64_t i, std::int64_t len, std::int64_t done) {
+                    add_into(sum_.data() + offset_[p] + done, &all_[std::size_t(at(i, slot, block))], len);
+                });
+                reached_[p] = 1;
+            }
+        }
+    }
+
+    // The sum as the parameters' gradients (a parameter no backward reached keeps none).
+    void into_parameters() {
+        for (std::size_t p = 0; p < params_.size(); ++p) {
+            if (!reached_[p]) continue;
+            Tensor& t = params_[p].tensor;
+            std::memcpy(t.grad(), sum_.data() + offset_[p], std::size_t(t.numel()) * sizeof(real));
+        }
+    }
+
+private:
+    // Where value i of slot `slot` lies in a buffer of `slots` slots laid out bucket by bucket: bucket
+    // [lo, lo + len) of the width holds slot 0's values, then slot 1's, ..., so that one bucket of all of a
+    // rank's slots is one contiguous message.
+    std::int64_t at(std::int64_t i, std::int64_t slot, std::int64_t slots) const {
+        const std::int64_t lo = i / kBucketValues * kBucketValues, len = std::min(kBucketValues, width_ - lo);
+        return slots * lo + slot * len + (i - lo);
+    }
+    // Values [first, first + n) of a slot, cut where buckets end: f(value index, run length, values before).
+    template <class F>
+    static void runs(std::int64_t first, std::int64_t n, F f) {
+        for (std::int64_t done = 0; done < n;) {
+            const std::int64_t i = first + done, len = std::min(n - done, (i / kBucketValues + 1) * kBucketValues - i);
+            f(i, len, done);
+            done += len;
+        }
+    }
+
+    ParamList params_;
+    std::int64_t slots_;
+    std::vector<std::int64_t> offset_;  // of each parameter's gradient in the flat buffer
+    std::int64_t values_ = 0;           // P
+    std::int64_t width_ = 0;            // of a slot: P values and one flag per parameter
+    std::vector<real> sum_;             // (P) the global batch's gradient
+    std::vector<char> reached_;         // of each parameter: some micro-batch's backward reached it
+    std::vector<real> mine_, all_;      // this rank's slots, and all ranks' (see at)
+};
 
 }  // namespace
 
@@ -83,18 +198,19 @@ StepResult train_step(const StepParts& parts, const std::vector<StepBatch>& micr
     if (micro.empty()) throw std::invalid_argument("train step: a global batch of no micro-batches");
     StepResult result;
     Optimizer& optimizer = parts.optimizer;
-    const bool accumulating = micro.size() > 1;
+    const std::int64_t n = std::int64_t(micro.size());
+    const bool accumulating = n > 1;
     // tokens: the global batch's non-pad targets, the loss's denominator (a row always ends with EOS).
     std::int64_t tokens = 0;
     for (const StepBatch& b : micro)
         for (std::int32_t id : b.target) tokens += id != parts.model.config.pad_id;
-    double loss_sum = 0, nll_sum = 0;  // Σ_k L_k · tokens_k, for the report
 
-    for (std::size_t k = 0; k < micro.size(); ++k) {
-        const StepBatch& b = micro[k];
+    // Forward, loss and backward of micro-batch k, its backward seeded with `seed` (∂L/∂L_k).
+    auto forward_backward = [&](std::int64_t k, real seed, bool keep_tape) {
+        const StepBatch& b = micro[std::size_t(k)];
         begin(StepPhase::forward);
         Rng own_dropout;
-        if (accumulating && parts.dropout) own_dropout = micro_batch_dropout(*parts.dropout, s.step, std::int64_t(k));
+        if (accumulating && parts.dropout) own_dropout = micro_batch_dropout(*parts.dropout, s.step, k);
         Pass pass{accumulating && parts.dropout ? &own_dropout : parts.dropout};
         pass.fuse_attention = s.fuse_attention;
         pass.observer = k == 0 ? s.observer : nullptr;
@@ -111,26 +227,52 @@ StepResult train_step(const StepParts& parts, const std::vector<StepBatch>& micr
             optimizer.zero_grad(/*set_to_none=*/true);
             throw NonFiniteStep(true, "loss", s.step, where);
         }
-        if (!accumulating) result.loss = report;  // one batch: its loss as the loss op computed it
-        loss_sum += report.loss * double(report.tokens);
-        nll_sum += report.nll * double(report.tokens);
         end(StepPhase::forward);
-
         begin(StepPhase::backward);
-        if (k == 0) optimizer.zero_grad();
-        // ∂L/∂L_k = tokens_k / tokens: the backward seeded with it adds this micro-batch's share of the
-        // global batch's gradient to what the earlier ones left (backward accumulates with +=). One batch:
-        // seed 1, exactly as a step always was.
-        if (!accumulating) {
-            backward(loss, /*keep_tape=*/s.check_nan, hooks.backward_record);
-        } else {
-            // check_nan keeps the last micro-batch's tape only (an earlier one's backward clears its own).
-            backward(loss, {real(double(report.tokens) / double(tokens))},
-                     /*keep_tape=*/s.check_nan && k + 1 == micro.size(), hooks.backward_record);
-        }
+        if (accumulating) backward(loss, {seed}, keep_tape, hooks.backward_record);
+        else backward(loss, keep_tape, hooks.backward_record);  // seed 1, exactly as a step always was
         end(StepPhase::backward);
-    }
-    if (accumulating) {
+        return report;
+    };
+
+    if (!accumulating) {
+        optimizer.zero_grad();
+        result.loss = forward_backward(0, 1, /*keep_tape=*/s.check_nan);  // its loss as the loss op computed it
+    } else {
+        Communicator* ranks = parts.ranks && parts.ranks->size() > 1 ? parts.ranks : nullptr;
+        const std::int64_t R = ranks ? ranks->size() : 1, me = ranks ? ranks->rank() : 0;
+        const std::int64_t slots = (n + R - 1) / R;  // micro-batches per rank; a short global batch leaves some empty
+        MicroBatchGradients grads(optimizer.params(), ranks ? slots : 0);
+        std::vector<double> reports(std::size_t(3 * slots), 0.0);  // per slot: loss, nll, tokens
+        for (std::int64_t k = me; k < n; k += R) {
+            // ∂L/∂L_k = tokens_k / tokens: this micro-batch's share of the global batch's gradient, from zero.
+            // check_nan keeps the last micro-batch's tape only (an earlier one's backward clears its own).
+            optimizer.zero_grad(/*set_to_none=*/true);
+            std::int64_t tokens_k = 0;
+            for (std::int32_t id : micro[std::size_t(k)].target) tokens_k += id != parts.model.config.pad_id;
+            const LossReport report =
+                forward_backward(k, real(double(tokens_k) / double(tokens)), s.check_nan && k + R >= n);
+            if (ranks) grads.keep(k / R);
+            else grads.add();  // one process: straight into the sum, in the order k = 0, 1, ...
+            double* r = &reports[std::size_t(3 * (k / R))];
+            r[0] = report.loss, r[1] = report.nll, r[2] = double(report.tokens);
+        }
+        std::vector<double> all_reports = reports;
+        if (ranks) {
+            const auto t0 = std::chrono::steady_clock::now();
+            grads.exchange(*ranks);
+            all_reports.resize(std::size_t(R) * reports.size());
+            ranks->all_gather(reports.data(), std::int64_t(reports.size()), all_reports.data());
+            result.reduce_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        grads.into_parameters();
+        // The global batch's loss: Σ_k L_k · tokens_k / tokens, summed in the order k = 0, 1, ... on every rank.
+        double loss_sum = 0, nll_sum = 0;
+        for (std::int64_t k = 0; k < n; ++k) {
+            const double* r = &all_reports[std::size_t(3 * ((k % R) * slots + k / R))];
+            loss_sum += r[0] * r[2];
+            nll_sum += r[1] * r[2];
+        }
         result.loss.tokens = tokens;
         result.loss.loss = loss_sum / double(tokens);
         result.loss.nll = nll_sum / double(tokens);
