@@ -9,6 +9,8 @@
 #include <string>
 
 #ifdef TAPEFORMER_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only: OpenMPI's C++ bindings, deprecated, do not compile warning-free
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
