@@ -920,7 +920,8 @@ TrainResult Trainer::run() {
         throw std::invalid_argument("precision bf16: reference mode multiplies in fp32 with three loops; run without one of them");
     ranks_ = &world();
     set_threads(c_.threads);  // --threads: per rank
-    SignalScope signals(num_threads());  // from the start: reading data and training a tokenizer can take minutes
+    // From the start: reading data and training a tokenizer can take minutes.
+    SignalScope signals(num_threads(), /*announce=*/writer());
     // The run's precision (its own on --resume), for this run only.
     struct RestoreFp32 {
         ~RestoreFp32() { set_precision(Precision::FP32); }

@@ -1,6 +1,6 @@
 // One training step (train_step.h): forward → loss → backward → clip → optimizer → zero_grad, with the
-// checks that keep a non-finite value out of the weights. Reading order: the --check-nan diagnostics,
-// then the step.
+// checks that keep a non-finite value out of the weights. Reading order: the --check-nan diagnostics, the
+// micro-batches' gradients and their fixed-order sum (one process, or the ranks of an MPI job), then the step.
 #include "tapeformer/run/train_step.h"
 
 #include <algorithm>
