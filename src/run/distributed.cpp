@@ -38,6 +38,9 @@ public:
     void all_gather(const double* mine, std::int64_t count, double* all) override {
         std::memcpy(all, mine, std::size_t(count) * sizeof(double));
     }
+    void all_to_all(const float* mine, std::int64_t count, float* all) override {
+        std::memcpy(all, mine, std::size_t(count) * sizeof(float));
+    }
     std::int64_t min(std::int64_t value) override { return value; }
     std::int64_t max(std::int64_t value) override { return value; }
     std::int64_t from_rank0(std::int64_t value) override { return value; }
@@ -66,6 +69,9 @@ public:
     void all_gather(const double* mine, std::int64_t count, double* all) override {
         MPI_Allgather(mine, int_count(count), MPI_DOUBLE, all, int_count(count), MPI_DOUBLE, MPI_COMM_WORLD);
     }
+    void all_to_all(const float* mine, std::int64_t count, float* all) override {
+        MPI_Alltoall(mine, int_count(count), MPI_FLOAT, all, int_count(count), MPI_FLOAT, MPI_COMM_WORLD);
+    }
     std::int64_t min(std::int64_t value) override { return reduce(value, MPI_MIN); }
     std::int64_t max(std::int64_t value) override { return reduce(value, MPI_MAX); }
     std::int64_t from_rank0(std::int64_t value) override {
@@ -75,7 +81,7 @@ public:
 
 private:
     static int int_count(std::int64_t count) {
-        if (count > INT_MAX) throw std::logic_error("all_gather: more than INT_MAX values in one call (bucket them)");
+        if (count > INT_MAX) throw std::logic_error("MPI: more than INT_MAX values in one call (bucket them)");
         return int(count);
     }
     static std::int64_t reduce(std::int64_t value, MPI_Op op) {

@@ -51,7 +51,7 @@ std::string first_nonfinite_backward() {
 
 // ---- the micro-batches' gradients, and their sum -----------------------------------------------------------
 
-// At most this many values go to the ranks in one call (16 MiB of float32): the fused buffer is sent in a
+// At most this many values go to the ranks in one call (16 MiB of float32): the fused buffers are sent in a
 // few large buckets rather than one message per parameter.
 constexpr std::int64_t kBucketValues = std::int64_t(1) << 22;
 
@@ -60,10 +60,13 @@ void add_into(real* sum, const real* g, std::int64_t n) {
 }
 
 // The gradients of a global batch's micro-batches, fused: every parameter's gradient at its offset in one
-// flat buffer (unique_parameters' order, P values), then one flag per parameter (1: a backward reached it).
-// One process adds each micro-batch's gradient into the sum as it comes (add); a rank of a job keeps its
-// own in slots (keep), gathers everyone's (exchange) and adds them all in micro-batch order, as one process
-// would have: the same additions in the same order, the same bits.
+// flat buffer of P values (unique_parameters' order), and a flag per parameter (a backward reached it).
+// One process adds each micro-batch's gradient into the sum as it comes (add): g = ((g_0 + g_1) + g_2) + ...
+// A rank of a job keeps its own in slots (keep), and the ranks make the same sum together (exchange), a
+// reduce-scatter whose order is fixed: rank q receives part q (P / R values) of every micro-batch's
+// gradient, adds them in micro-batch order as one process would, and the summed parts are all-gathered.
+// The same additions in the same order, the same bits; each rank sends and receives about (A + 1) / A of a
+// gradient buffer per micro-batch it computes (A of them), near a ring allreduce's 2.
 class MicroBatchGradients {
 public:
     // slots: the micro-batches this rank keeps (0 in one process).
@@ -72,10 +75,10 @@ public:
             offset_.push_back(values_);
             values_ += p.tensor.numel();
         }
-        width_ = values_ + std::int64_t(params_.size());
         sum_.assign(std::size_t(values_), real(0));
         reached_.assign(params_.size(), 0);
-        mine_.assign(std::size_t(slots_ * width_), real(0));
+        mine_.assign(std::size_t(slots_ * values_), real(0));
+        flags_.assign(std::size_t(slots_) * params_.size(), real(0));
     }
 
     // The parameters' gradients now (one micro-batch's): added into the sum.
@@ -88,36 +91,64 @@ public:
         }
     }
 
-    // The parameters' gradients now: kept in this rank's slot `slot`.
+    // The parameters' gradients now: kept in this rank's slot `slot` (no backward reached: zeros, flag 0).
     void keep(std::int64_t slot) {
         for (std::size_t p = 0; p < params_.size(); ++p) {
             const Tensor& t = params_[p].tensor;
-            const real* g = t.grad();  // nullptr: no backward reached it (the slot keeps zeros and flag 0)
-            if (g)
-                runs(offset_[p], t.numel(), [&](std::int64_t i, std::int64_t len, std::int64_t done) {
-                    std::memcpy(&mine_[std::size_t(at(i, slot, slots_))], g + done, std::size_t(len) * sizeof(real));
-                });
-            mine_[std::size_t(at(values_ + std::int64_t(p), slot, slots_))] = g ? real(1) : real(0);
+            if (const real* g = t.grad()) {
+                std::memcpy(&mine_[std::size_t(slot * values_ + offset_[p])], g, std::size_t(t.numel()) * sizeof(real));
+                flags_[std::size_t(slot) * params_.size() + p] = real(1);
+            }
         }
     }
 
-    // Every rank's slots, gathered bucket by bucket (rank q's slot j is micro-batch k = j · R + q), added
-    // into the sum in the order k = 0, 1, ...: an empty slot (a short global batch) has no flag set.
+    // The sum over every rank's slots (rank s's slot j is micro-batch k = j · R + s) in the order k = 0, 1, ...
     void exchange(Communicator& ranks) {
-        const std::int64_t R = ranks.size(), block = R * slots_;
-        all_.resize(std::size_t(block * width_));
-        for (std::int64_t lo = 0; lo < width_; lo += kBucketValues) {
-            const std::int64_t len = std::min(kBucketValues, width_ - lo);
-            ranks.all_gather(mine_.data() + slots_ * lo, slots_ * len, all_.data() + block * lo);
+        const std::int64_t R = ranks.size(), me = ranks.rank(), block = R * slots_, np = std::int64_t(params_.size());
+        // Which micro-batches reached which parameters, on every rank: (block, np), rank s's slot j at row s · slots + j.
+        std::vector<real> flags(std::size_t(block * np));
+        ranks.all_gather(flags_.data(), slots_ * np, flags.data());
+        for (std::int64_t k = 0; k < block; ++k)
+            for (std::int64_t p = 0; p < np; ++p) reached_[std::size_t(p)] |= flags[std::size_t(k * np + p)] != 0;
+        // Rank q sums values [q · part, (q + 1) · part) of the flat buffer, bucket by bucket.
+        const std::int64_t part = (values_ + R - 1) / R, lo = std::min(values_, me * part), hi = std::min(values_, lo + part);
+        std::vector<real> mine_summed(std::size_t(part), real(0));
+        const std::int64_t bucket = std::max<std::int64_t>(1, kBucketValues / std::max<std::int64_t>(1, slots_));
+        std::vector<real> send, got;
+        for (std::int64_t c0 = 0; c0 < part; c0 += bucket) {
+            const std::int64_t len = std::min(bucket, part - c0);
+            // To rank q: values [q · part + c0, + len) of each of this rank's slots, zeros past the end. (R, slots, len)
+            send.assign(std::size_t(R * slots_ * len), real(0));
+            for (std::int64_t q = 0; q < R; ++q)
+                for (std::int64_t j = 0; j < slots_; ++j) {
+                    const std::int64_t from = q * part + c0, n = std::max<std::int64_t>(0, std::min(len, values_ - from));
+                    if (n > 0)
+                        std::memcpy(&send[std::size_t((q * slots_ + j) * len)], &mine_[std::size_t(j * values_ + from)],
+                                    std::size_t(n) * sizeof(real));
+                }
+            got.resize(send.size());
+            ranks.all_to_all(send.data(), slots_ * len, got.data());  // from rank s: (slots, len) at s · slots · len
+            // Values [lo + c0, lo + c0 + len) of micro-batch k = j · R + s, added in the order of k.
+            for (std::int64_t k = 0; k < block; ++k) {
+                const std::int64_t row = (k % R) * slots_ + k / R;
+                for (std::int64_t p = 0; p < np; ++p) {
+                    if (flags[std::size_t(row * np + p)] == 0) continue;
+                    const std::int64_t a = std::max(offset_[p], lo + c0);
+                    const std::int64_t b = std::min({offset_[p] + params_[p].tensor.numel(), lo + c0 + len, hi});
+                    if (a < b)
+                        add_into(&mine_summed[std::size_t(a - lo)], &got[std::size_t(row * len + (a - lo - c0))], b - a);
+                }
+            }
         }
-        for (std::int64_t k = 0; k < block; ++k) {
-            const std::int64_t slot = (k % R) * slots_ + k / R;  // rank k mod R's slot k / R
-            for (std::size_t p = 0; p < params_.size(); ++p) {
-                if (all_[std::size_t(at(values_ + std::int64_t(p), slot, block))] == real(0)) continue;
-                runs(offset_[p], params_[p].tensor.numel(), [&](std::int64_t i, std::int64_t len, std::int64_t done) {
-                    add_into(sum_.data() + offset_[p] + done, &all_[std::size_t(at(i, slot, block))], len);
-                });
-                reached_[p] = 1;
+        // Every rank's summed part, to every rank: the sum.
+        std::vector<real> all;
+        for (std::int64_t c0 = 0; c0 < part; c0 += kBucketValues) {
+            const std::int64_t len = std::min(kBucketValues, part - c0);
+            all.resize(std::size_t(R * len));
+            ranks.all_gather(&mine_summed[std::size_t(c0)], len, all.data());
+            for (std::int64_t q = 0; q < R; ++q) {
+                const std::int64_t from = q * part + c0, n = std::max<std::int64_t>(0, std::min(len, values_ - from));
+                if (n > 0) std::memcpy(&sum_[std::size_t(from)], &all[std::size_t(q * len)], std::size_t(n) * sizeof(real));
             }
         }
     }
@@ -132,31 +163,14 @@ public:
     }
 
 private:
-    // Where value i of slot `slot` lies in a buffer of `slots` slots laid out bucket by bucket: bucket
-    // [lo, lo + len) of the width holds slot 0's values, then slot 1's, ..., so that one bucket of all of a
-    // rank's slots is one contiguous message.
-    std::int64_t at(std::int64_t i, std::int64_t slot, std::int64_t slots) const {
-        const std::int64_t lo = i / kBucketValues * kBucketValues, len = std::min(kBucketValues, width_ - lo);
-        return slots * lo + slot * len + (i - lo);
-    }
-    // Values [first, first + n) of a slot, cut where buckets end: f(value index, run length, values before).
-    template <class F>
-    static void runs(std::int64_t first, std::int64_t n, F f) {
-        for (std::int64_t done = 0; done < n;) {
-            const std::int64_t i = first + done, len = std::min(n - done, (i / kBucketValues + 1) * kBucketValues - i);
-            f(i, len, done);
-            done += len;
-        }
-    }
-
     ParamList params_;
     std::int64_t slots_;
     std::vector<std::int64_t> offset_;  // of each parameter's gradient in the flat buffer
     std::int64_t values_ = 0;           // P
-    std::int64_t width_ = 0;            // of a slot: P values and one flag per parameter
     std::vector<real> sum_;             // (P) the global batch's gradient
     std::vector<char> reached_;         // of each parameter: some micro-batch's backward reached it
-    std::vector<real> mine_, all_;      // this rank's slots, and all ranks' (see at)
+    std::vector<real> mine_;            // (slots, P) this rank's micro-batches' gradients
+    std::vector<real> flags_;           // (slots, parameters) 1 where this rank's micro-batch reached the parameter
 };
 
 }  // namespace

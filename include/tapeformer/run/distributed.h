@@ -23,6 +23,9 @@ public:
     // in which messages arrive.
     virtual void all_gather(const float* mine, std::int64_t count, float* all) = 0;
     virtual void all_gather(const double* mine, std::int64_t count, double* all) = 0;
+    // Block q of `mine` (`count` values at mine + q · count) to rank q, for every q; from every rank s its
+    // block for this rank, at all + s · count (size() · count values each way).
+    virtual void all_to_all(const float* mine, std::int64_t count, float* all) = 0;
     // The smallest / largest of the ranks' values, on every rank.
     virtual std::int64_t min(std::int64_t value) = 0;
     virtual std::int64_t max(std::int64_t value) = 0;

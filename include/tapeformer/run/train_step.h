@@ -17,9 +17,10 @@
 //
 // Each micro-batch's gradient g_k is computed from zero, and the step's gradient is their sum in a fixed
 // order, g = ((g_0 + g_1) + g_2) + ...: so that the R ranks of an MPI job (distributed.h) give the same
-// bits as one process. Rank r computes the micro-batches k ≡ r (mod R); the ranks gather every g_k
-// (fused into one flat buffer per micro-batch, sent in a few large buckets) and each adds them up in
-// the order above, then clips and updates as one process does: the weights stay identical on every rank.
+// bits as one process. Rank r computes the micro-batches k ≡ r (mod R); each g_k is fused into one flat
+// buffer, and the ranks sum them with a reduce-scatter whose order is fixed (rank q adds part q of every
+// g_k in the order above; the summed parts are then all-gathered; a few large buckets per call); every
+// rank then clips and updates as one process does: the weights stay identical on every rank.
 //
 // Whoever times the step, or reads its gradients, does it through StepHooks: the step itself neither
 // times nor logs, so the benchmark measures the step that training runs.
