@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "tapeformer/error.h"
 #include "tapeformer/reference_ops.h"
+#include "tapeformer/run/distributed.h"
 
 int main(int argc, char** argv) {
     tf::configure_runtime(argv);  // may restart the program once with OMP_WAIT_POLICY / OPENBLAS_CORETYPE set
@@ -60,8 +61,11 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         std::cerr << "tapeformer: " << tf::one_line(e.what()) << " (see tapeformer --help)\n";
         return e.get_exit_code() ? e.get_exit_code() : 2;
+    } catch (const tf::AnotherRankFailed&) {
+        return 1;  // an MPI job's rank whose peer could not start the run: that rank says why
     } catch (const std::exception& e) {
         std::cerr << "tapeformer: error: " << tf::one_line(e.what()) << "\n";
+        tf::end_job_after_error(1);  // an MPI job's other ranks may be waiting for this one: end them too
         return 1;
     }
     return tf::command_exit_code();

@@ -17,6 +17,7 @@ pkgs=(
   graphviz                 # dot, for the test that renders `tapeformer tape --dot` (reported skipped without it)
   clang-14 libfuzzer-14-dev libomp-14-dev  # the fuzz pass of scripts/test.sh (scripts/fuzz.sh)
   pybind11-dev python3-pybind11 python3-dev python3-numpy  # the Python module (docs/python.md) and its test
+  libopenmpi-dev openmpi-bin  # data-parallel training (mpirun -np R tapeformer train) and its tests
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -34,8 +34,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # - learns: trainings of hundreds of steps to a quality bar (the copy task, the presets); the steps they
 #   repeat are the ones the short training, resume and Ctrl-C cases run here;
 # - lessons: the docs' commands, checked for the words they print; each command is run here by its own
-#   command's end-to-end case (tests/test_cli.cpp and beside it).
-ctest --test-dir build-sanitize -j "$jobs" --output-on-failure -LE "kernel_sets|learns|lessons"
+#   command's end-to-end case (tests/test_cli.cpp and beside it);
+# - mpi: the CLI under mpirun (tests/test_distributed.cpp): OpenMPI is not instrumented, and its runtime
+#   (the launcher, shared-memory transport) is not known to run clean under LeakSanitizer; the training
+#   step those cases reach runs here in one process (the --accumulate cases of test_train*.cpp).
+ctest --test-dir build-sanitize -j "$jobs" --output-on-failure -LE "kernel_sets|learns|lessons|mpi"
 
 echo "== libFuzzer: each loader of untrusted input fuzzed for 10 s from tests/fuzz/corpus (scripts/fuzz.sh)"
 bash scripts/fuzz.sh 10

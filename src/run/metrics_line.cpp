@@ -25,6 +25,7 @@ nlohmann::json to_json(const MetricsLine& m) {
     if (train) {
         for (const auto& [key, field] : kTrainNumbers) j[key] = m.*field;  // NaN and ±inf: null
         if (!std::isnan(m.tokens_per_step)) j["tokens_per_step"] = m.tokens_per_step;
+        if (!std::isnan(m.reduce_ms)) j["reduce_ms"] = m.reduce_ms;
         if (!m.layer_grad_norms.empty()) j["layer_grad_norms"] = m.layer_grad_norms;
     } else {
         for (const auto& [key, field] : kValidNumbers) j[key] = m.*field;
@@ -44,7 +45,7 @@ std::string metrics_line_problem(const nlohmann::json& j) {
     if (step == j.end()) return "no \"step\"";
     if (!step->is_number_unsigned() && !(step->is_number_integer() && step->get<std::int64_t>() >= 0))
         return "\"step\" is " + step->dump() + ", expected a non-negative integer";
-    for (const char* key : {"epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tok_per_s", "tokens_per_step", "elapsed", "valid_loss",
+    for (const char* key : {"epoch", "loss", "nll", "ppl", "lr", "grad_norm", "tok_per_s", "tokens_per_step", "reduce_ms", "elapsed", "valid_loss",
                             "valid_nll", "valid_ppl", "valid_bleu", "valid_exact"}) {
         const auto it = j.find(key);
         if (it == j.end() || it->is_number()) continue;

@@ -3,7 +3,7 @@
 // library (nlohmann::json in its signatures), like json_integer.h.
 //
 //   {"type":"train","step":100,"epoch":1,"loss":..,"nll":..,"ppl":..,"lr":..,"grad_norm":..,"tok_per_s":..,
-//    "tokens_per_step":..,
+//    "tokens_per_step":..,"reduce_ms":..,                                   (reduce_ms: MPI runs of several ranks)
 //    "elapsed":..,"layer_grad_norms":[["encoder.layers.0",0.5],...]}      (layer norms at log steps only)
 //   {"type":"valid","step":100,"epoch":1,"valid_loss":..,"valid_nll":..,"valid_ppl":..,"valid_bleu":..,
 //    "valid_exact":..,"elapsed":..,"weights":"last"|"ema","best":true|false}
@@ -35,6 +35,7 @@ struct MetricsLine {
     // Type::Train: the mean over the log window.
     double loss = kAbsent, nll = kAbsent, ppl = kAbsent, lr = kAbsent, grad_norm = kAbsent, tok_per_s = kAbsent;
     double tokens_per_step = kAbsent;  // train lines: mean target tokens of an optimizer step (global batch)
+    double reduce_ms = kAbsent;        // train lines of an MPI run: mean ms per step in the ranks' gradient exchange
     std::vector<std::pair<std::string, double>> layer_grad_norms;  // [layer, ‖g‖] before clipping; empty = absent
     // Type::Valid
     double valid_loss = kAbsent, valid_nll = kAbsent, valid_ppl = kAbsent;

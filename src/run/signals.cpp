@@ -15,12 +15,14 @@ namespace {
 // current step, or after the data preparation, tokenizer training or validation under way), with a
 // checkpoint once training has started. A second one ends the process at once, as the signal would.
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_announce{true};  // false on the ranks of an MPI job but rank 0: one note per job
 extern "C" void on_signal(int sig) {
     if (g_signal.exchange(sig) != 0) {  // only async-signal-safe calls here
         std::signal(sig, SIG_DFL);
         std::raise(sig);
         return;
     }
+    if (!g_announce.load()) return;
     static const char note[] = "\ntapeformer: interrupted; stopping at the next safe point (again to abort at once)\n";
     const ssize_t ignored = ::write(STDERR_FILENO, note, sizeof note - 1);
     (void)ignored;
@@ -38,8 +40,9 @@ sigset_t interrupt_signals() {
 
 int interrupt_signal() { return g_signal.load(); }
 
-SignalScope::SignalScope(int threads) : threads_(threads) {
+SignalScope::SignalScope(int threads, bool announce) : threads_(threads) {
     g_signal.store(0);
+    g_announce.store(announce);
     const sigset_t interrupts = interrupt_signals();
     pthread_sigmask(SIG_BLOCK, &interrupts, &caller_mask_);
 #pragma omp parallel num_threads(threads_)

@@ -24,7 +24,8 @@ int interrupt_signal();
 // takes them. The destructor restores the previous handlers and masks.
 class SignalScope {
 public:
-    explicit SignalScope(int threads);
+    // announce: the first signal prints a one-line note on stderr (not on an MPI job's ranks but rank 0).
+    explicit SignalScope(int threads, bool announce = true);
     ~SignalScope();
     SignalScope(const SignalScope&) = delete;
     SignalScope& operator=(const SignalScope&) = delete;

@@ -30,6 +30,7 @@
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
 #include "tapeformer/run/checkpoint.h"
+#include "tapeformer/run/distributed.h"
 #include "tapeformer/data/batch.h"
 #include "tapeformer/data/text.h"
 #include "tapeformer/data/vocab.h"
@@ -183,11 +184,15 @@ private:
     bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
     double eta_seconds() const;
     void write_metrics(const MetricsLine& line);
+    void check_ranks() const;  // an MPI job: every rank has at least one micro-batch of each global batch
+    StopReason stop_reason();  // the first stopping rule reached; in a job, the ranks' common one
+    bool writer() const { return ranks_->rank() == 0; }  // rank 0 alone writes the run's files
 
     TrainConfig c_;
     std::ostream& log_;
     bool bar_;
     std::vector<StepWatcher*> watchers_;  // studies above the loop (train.h), shown the steps they ask for
+    Communicator* ranks_ = nullptr;      // this process, or the ranks of an MPI job that train together
     std::string dir_;
     RunLock lock_;
     std::string resume_from_;  // --resume: the checkpoint to load ("" = start the run from step 0)
@@ -211,6 +216,7 @@ private:
 
     // For the next log line (the steps it averages are state_.log_window).
     double last_grad_norm_ = 0, last_lr_ = 0;
+    double reduce_seconds_ = 0;  // in the ranks' gradient exchange, over the log window's steps
     std::vector<std::pair<std::string, double>> layer_grad_norms_;  // of the last log step, before clipping
     TrainState checkpointed_ = no_checkpoint();  // what the newest checkpoint holds (step −1: none yet)
     static TrainState no_checkpoint() {
@@ -236,6 +242,7 @@ std::int64_t last_logged_step(const std::string& path) {
 }
 
 void Trainer::lock_directory() {
+    if (!writer()) return;
     lock_.acquire(dir_);
     if (const int n = remove_stale_temp_files(dir_))
         log_ << "removed " << n << " temporary file" << (n == 1 ? "" : "s") << " left in " << dir_
@@ -620,6 +627,7 @@ void Trainer::check_reachable(const std::string& path) const {
 }
 
 void Trainer::start_writing() {
+    if (!writer()) return;
     std::error_code ec;
     if (!lock_.held()) {
         fs::create_directories(dir_, ec);
@@ -652,6 +660,7 @@ void Trainer::start_writing() {
 }
 
 void Trainer::write_metrics(const MetricsLine& line) {
+    if (!writer()) return;
     metrics_ << to_json(line).dump() << "\n";
     metrics_.flush();
     if (!metrics_) throw std::runtime_error("cannot write '" + dir_ + "/metrics.jsonl' (is the disk full?)");
@@ -691,7 +700,7 @@ void Trainer::train_step(const std::vector<Batch>& micro) {
     try {
         std::vector<StepBatch> global;
         for (const Batch& m : micro) global.push_back(StepBatch{m.src, m.dec_in, m.target, m.B, m.S, m.T});
-        step = tf::train_step(StepParts{*model_, *optimizer_, average_.get(), &dropout_rng_}, global, settings, hooks);
+        step = tf::train_step(StepParts{*model_, *optimizer_, average_.get(), &dropout_rng_, ranks_}, global, settings, hooks);
     } catch (const NonFiniteStep& e) {
         const std::string where = c_.check_nan ? "; " + e.where : " (run with --check-nan to find the op)";
         throw std::runtime_error("non-finite " + e.value + " at step " + std::to_string(e.step) + where +
@@ -700,6 +709,7 @@ void Trainer::train_step(const std::vector<Batch>& micro) {
     }
     const LossReport& report = step.loss;
     last_grad_norm_ = step.grad_norm;
+    reduce_seconds_ += step.reduce_seconds;
     state_.dropout_offset = dropout_rng_.offset;
     state_.target_tokens += report.tokens;
 
@@ -733,6 +743,7 @@ double Trainer::eta_seconds() const {
 // at the end of the run. An interrupted run only prints the window so far: the window stays in the
 // checkpoint, and the resumed run writes the line at the same step as the uninterrupted run would.
 void Trainer::log_progress(bool force_line, bool interrupted) {
+    if (!writer()) return;
     TrainState::LogWindow& window = state_.log_window;
     const bool at_log_step = state_.step % c_.log_every == 0;
     if (!at_log_step && !force_line) {
@@ -759,7 +770,9 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
     if (bar_) log_ << "\r\033[K";
     log_ << "step " << state_.step << " | epoch " << state_.epoch + 1 << " | loss " << fmt("%.4f", loss) << " | nll "
          << fmt("%.4f", nll) << " | ppl " << fmt("%.2f", std::exp(nll)) << " | lr " << fmt("%.3e", last_lr_) << " | |g| "
-         << fmt("%.3f", last_grad_norm_) << " | " << fmt("%.0f", tok_s) << " tgt tok/s | " << clock_text(state_.train_seconds)
+         << fmt("%.3f", last_grad_norm_) << " | " << fmt("%.0f", tok_s) << " tgt tok/s"
+         << (ranks_->size() > 1 ? " | reduce " + fmt("%.2f", 1e3 * reduce_seconds_ / double(window.steps)) + " ms/step" : "")
+         << " | " << clock_text(state_.train_seconds)
          << " elapsed | ETA " << clock_text(eta_seconds()) << (interrupted ? " (interrupted)" : "") << "\n";
     if (interrupted) return;
     MetricsLine line;
@@ -769,6 +782,8 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
     line.loss = loss, line.nll = nll, line.ppl = std::exp(nll);
     line.lr = last_lr_, line.grad_norm = last_grad_norm_, line.tok_per_s = tok_s, line.elapsed = state_.train_seconds;
     line.tokens_per_step = double(window.tokens) / double(window.steps);  // target tokens of an optimizer step
+    if (ranks_->size() > 1) line.reduce_ms = 1e3 * reduce_seconds_ / double(window.steps);
+    reduce_seconds_ = 0;
     // [[layer, ‖g‖], ...] of this step, before clipping (tapeformer report draws them); only at log steps.
     if (state_.step % c_.log_every == 0) line.layer_grad_norms = layer_grad_norms_;
     layer_grad_norms_.clear();
@@ -782,7 +797,7 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
 // no best model and saves nothing, so the run's checkpoints and best model are those of a run without it.
 // A signal during it leaves no line.
 void Trainer::validate_before_training() {
-    if (valid_examples_.empty() || state_.step != 0) return;
+    if (!writer() || valid_examples_.empty() || state_.step != 0) return;
     struct Interrupted {};
     const ProgressFn stop_on_signal = [](std::int64_t, std::int64_t) {
         if (interrupt_signal()) throw Interrupted{};
@@ -812,7 +827,8 @@ void Trainer::validate_before_training() {
 // Ctrl-C waiting for minutes. Nothing of an interrupted validation is kept (valid_step stays as it was),
 // so the checkpoint still owes it and the resumed run validates this step first.
 bool Trainer::validate() {
-    if (valid_examples_.empty() || state_.valid_step == state_.step) return true;
+    // In a job, rank 0 validates alone (the others wait for it in the next step's exchange).
+    if (!writer() || valid_examples_.empty() || state_.valid_step == state_.step) return true;
     if (bar_) log_ << "\r\033[K";
     log_ << "validating at step " << state_.step << " (" << valid_examples_.size() << " pairs"
          << (c_.valid_bleu ? ", BLEU of " + std::to_string(valid_src_lines_.size()) + " sentences" : std::string()) << ")\n";
@@ -882,7 +898,7 @@ bool Trainer::unsaved_changes() const {
 }
 
 void Trainer::checkpoint() {
-    if (!unsaved_changes()) return;
+    if (!writer() || !unsaved_changes()) return;
     checkpointed_ = state_;
     const std::string name = checkpoint_name(state_.step);
     save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_, tokenizer_hash(tokenizers_),
@@ -915,20 +931,57 @@ void Trainer::checkpoint() {
         if (checkpoint_step(f) < oldest_kept && !kept_for_good(f)) fs::remove(fs::path(dir_) / f, ec);
 }
 
+// An MPI job of R ranks deals each global batch's --accumulate micro-batches to its ranks: each needs one.
+void Trainer::check_ranks() const {
+    const int size = ranks_->size();
+    if (size > 1 && c_.optim.accumulate < size)
+        throw std::invalid_argument("--accumulate " + std::to_string(c_.optim.accumulate) + " under mpirun -np " +
+                                    std::to_string(size) + ": a global batch of --accumulate micro-batches is dealt to the " +
+                                    std::to_string(size) + " ranks, each needs at least one; give --accumulate " +
+                                    std::to_string(size) + " (or a multiple of it)");
+}
+
+// A signal on any rank stops them all at this step boundary; the time budget is rank 0's clock.
+StopReason Trainer::stop_reason() {
+    StopReason reason = StopReason::none;
+    if (interrupt_signal()) reason = StopReason::interrupted;
+    else if (c_.max_steps && state_.step >= c_.max_steps) reason = StopReason::max_steps;
+    else if (c_.time_budget_minutes && state_.train_seconds >= c_.time_budget_minutes * 60) reason = StopReason::time_budget;
+    else if (c_.epochs && state_.epoch >= c_.epochs) reason = StopReason::epochs;
+    if (ranks_->size() == 1) return reason;
+    if (ranks_->max(reason == StopReason::interrupted)) return StopReason::interrupted;
+    return static_cast<StopReason>(ranks_->from_rank0(static_cast<std::int64_t>(reason)));
+}
+
 TrainResult Trainer::run() {
     if (reference_mode() && c_.precision == Precision::BF16)
         throw std::invalid_argument("precision bf16: reference mode multiplies in fp32 with three loops; run without one of them");
-    set_threads(c_.threads);
-    SignalScope signals(num_threads());  // from the start: reading data and training a tokenizer can take minutes
-    prepare_directory();
+    ranks_ = &world();
+    set_threads(c_.threads);  // --threads: per rank
+    // From the start: reading data and training a tokenizer can take minutes.
+    SignalScope signals(num_threads(), /*announce=*/writer());
     // The run's precision (its own on --resume), for this run only.
     struct RestoreFp32 {
         ~RestoreFp32() { set_precision(Precision::FP32); }
     } restore_fp32;
-    if (const std::string note = set_precision(c_.precision); !note.empty()) log_ << note << "\n";
-    prepare_data();
-    build_model();
-    if (interrupt_signal()) {  // nothing written yet: end here, leaving the directory as it was
+    // Every rank reads and checks the inputs; only when all of them could does rank 0 write anything. The
+    // first rank that could not reports why; the others end without a second message.
+    std::exception_ptr failure;
+    try {
+        prepare_directory();
+        if (const std::string note = set_precision(c_.precision); !note.empty()) log_ << note << "\n";
+        prepare_data();
+        build_model();
+        check_ranks();
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    const int size = ranks_->size();
+    const std::int64_t first_failed = ranks_->min(failure ? ranks_->rank() : size);
+    if (first_failed < size) job_ends_on_every_rank();
+    if (failure && first_failed == ranks_->rank()) std::rethrow_exception(failure);
+    if (first_failed < size) throw AnotherRankFailed(int(first_failed));
+    if (ranks_->max(interrupt_signal())) {  // nothing written yet: end here, leaving the directory as it was
         log_ << "interrupted before training started; nothing was written to " << dir_ << "\n";
         result_.stop_reason = StopReason::interrupted;
         result_.steps = state_.step;
@@ -938,13 +991,6 @@ TrainResult Trainer::run() {
     validate_before_training();
     const std::int64_t first_step = state_.step;
 
-    auto stop_reason = [&]() {
-        if (interrupt_signal()) return StopReason::interrupted;
-        if (c_.max_steps && state_.step >= c_.max_steps) return StopReason::max_steps;
-        if (c_.time_budget_minutes && state_.train_seconds >= c_.time_budget_minutes * 60) return StopReason::time_budget;
-        if (c_.epochs && state_.epoch >= c_.epochs) return StopReason::epochs;
-        return StopReason::none;
-    };
     auto end_epoch = [&]() {
         ++state_.epoch;
         state_.batch_in_epoch = 0;
@@ -1029,7 +1075,11 @@ const char* to_string(StopReason reason) {
 
 TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar, const std::vector<StepWatcher*>& watchers) {
     config.validate();
-    Trainer trainer(std::move(config), log, progress_bar, watchers);
+    // In an MPI job the ranks but rank 0 train quietly: no log, no watchers (they write files).
+    static std::ostream quiet(nullptr);
+    const bool rank0 = world().rank() == 0;
+    Trainer trainer(std::move(config), rank0 ? log : quiet, rank0 && progress_bar,
+                    rank0 ? watchers : std::vector<StepWatcher*>{});
     return trainer.run();
 }
 

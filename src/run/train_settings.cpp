@@ -107,7 +107,8 @@ std::vector<Setting<TrainConfig>> build_table() {
         "accumulate", "optim.accumulate", opt,
         "Sum the gradients of N consecutive batches into each optimizer step (one global batch of N\n"
         "micro-batches, the loss averaged over all their target tokens): steps, schedules, checkpoints and\n"
-        "metrics count optimizer steps; an epoch's last global batch holds the batches that are left",
+        "metrics count optimizer steps; an epoch's last global batch holds the batches that are left.\n"
+        "Under mpirun -np R (N >= R) the micro-batches are dealt to the ranks: the same weights, bit for bit",
         1, 65536, [](auto& c) -> auto& { return c.optim.accumulate; })));
     t.push_back(real_setting<T>("label-smoothing", "optim.label_smoothing", opt, "Label smoothing epsilon", 0, 1,
                                 [](auto& c) -> auto& { return c.optim.label_smoothing; }, false, true));

@@ -69,6 +69,9 @@ public:
 
 // Trains as configured, logging to `log` (a live progress bar when `log` is a terminal's stderr, plain
 // lines otherwise), and showing the steps they ask for to `watchers` (not owned; none by default).
+// Started as the ranks of an MPI job (distributed.h), every rank calls it and they train one model on
+// the micro-batches of each global batch (train_step.h); rank 0 alone logs, validates, runs the watchers
+// and writes the run's files. A rank that another's bad input stopped throws AnotherRankFailed.
 // Throws std::runtime_error / std::invalid_argument with one readable line on bad input or a non-finite
 // loss; whatever checkpoint was written last stays intact.
 TrainResult train(TrainConfig config, std::ostream& log, bool progress_bar,

@@ -15,6 +15,13 @@
 // seeded by (the run's dropout seed, s, k), so that which process computes it changes nothing; one batch
 // (N = 1) draws from the run's stream, as it always has.
 //
+// Each micro-batch's gradient g_k is computed from zero, and the step's gradient is their sum in a fixed
+// order, g = ((g_0 + g_1) + g_2) + ...: so that the R ranks of an MPI job (distributed.h) give the same
+// bits as one process. Rank r computes the micro-batches k ≡ r (mod R); each g_k is fused into one flat
+// buffer, and the ranks sum them with a reduce-scatter whose order is fixed (rank q adds part q of every
+// g_k in the order above; the summed parts are then all-gathered; a few large buckets per call); every
+// rank then clips and updates as one process does: the weights stay identical on every rank.
+//
 // Whoever times the step, or reads its gradients, does it through StepHooks: the step itself neither
 // times nor logs, so the benchmark measures the step that training runs.
 #pragma once
@@ -28,6 +35,7 @@
 #include "tapeformer/nn/transformer.h"
 #include "tapeformer/optim.h"
 #include "tapeformer/random.h"
+#include "tapeformer/run/distributed.h"
 
 TF_NAMESPACE_BEGIN
 
@@ -46,6 +54,7 @@ struct StepParts {
     Optimizer& optimizer;
     WeightAverage* average = nullptr;
     Rng* dropout = nullptr;
+    Communicator* ranks = nullptr;  // the ranks that share the global batch's micro-batches; nullptr: this process alone
 };
 
 struct StepSettings {
@@ -64,6 +73,7 @@ const char* to_string(StepPhase phase);  // "fwd", "bwd", "clip", "optim": bench
 struct StepResult {
     LossReport loss;         // of this (global) batch, before the update: means over all its target tokens
     double grad_norm = 0;    // ‖g‖₂ of all gradients, before clipping
+    double reduce_seconds = 0;  // in the ranks' exchange of gradients (0 in one process)
 };
 
 // Optional callbacks, each empty unless set: nothing in the step waits for them or depends on them.
@@ -88,7 +98,8 @@ struct NonFiniteStep : std::runtime_error {
 StepResult train_step(const StepParts& parts, const StepBatch& batch, const StepSettings& settings,
                       const StepHooks& hooks = {});
 // One step on the global batch of `micro` (at least one micro-batch), as above. The observer watches the
-// first micro-batch's forward only.
+// first micro-batch's forward only. With parts.ranks, every rank passes the whole global batch (its target
+// tokens are the loss's denominator) and computes its own share of it.
 StepResult train_step(const StepParts& parts, const std::vector<StepBatch>& micro, const StepSettings& settings,
                       const StepHooks& hooks = {});
 
