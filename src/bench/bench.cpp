@@ -390,6 +390,9 @@ void BenchTrainOptions::validate() const {
         throw std::invalid_argument("bench train: --steps, --bench-warmup, --warmup-steps and --profile must not be negative");
     if (!(label_smoothing >= 0 && label_smoothing <= 1))
         throw std::invalid_argument("bench train: --label-smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
+    if (precision == Precision::INT8 && !eval_greedy)
+        throw std::invalid_argument("bench train --precision int8: int8 is for decoding, which --eval-greedy times "
+                                    "(training's products stay fp32); add --eval-greedy");
     if (decoder_only && eval_greedy)
         throw std::invalid_argument("bench train: --eval-greedy times translation, which a decoder-only model does not do");
     model_config(*this).validate();  // layers, heads dividing d_model, dropout range
