@@ -14,6 +14,7 @@
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
+#include "blas_backends.h"
 #include "ops_kernels.h"
 
 TF_NAMESPACE_BEGIN
@@ -122,6 +123,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     const std::int64_t a_step = shared_b ? 0 : M * K, b_step = shared_b ? 0 : K * N, c_step = M * N;
     for (std::int64_t e = 0; e < batch; ++e) {  // C_e (M, N) = α · op(A_e) (M, K) · op(B_e) (K, N)
         const real *A = a.data() + e * a_step, *B = b.data() + e * b_step;
+#ifndef TAPEFORMER_F64
+        // --precision int8, B a weight held for decoding: the int8 product, as gemm computes it there
+        if (held_int8(GemmCall{ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, out.data() + e * c_step, N})) {
+            reference::gemm_int8(M, N, K, alpha, A, lda, B, ldb, 0, out.data() + e * c_step, N);
+            continue;
+        }
+#endif
         reference::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, out.data() + e * c_step, N);
     }
     if (!needs_grad({&a, &b})) return out;
