@@ -222,7 +222,7 @@ TEST_CASE("int8: on a trained copy-task model, int8 translations match fp32's", 
     CHECK(std::fabs(bleu_fp32 - bleu_int8) <= 1.0);
 }
 
-TEST_CASE("int8 on the command line: bench train --eval-greedy, the fallback, and train refusing it", "[int8][cli]") {
+TEST_CASE("int8 on the command line: bench train --eval-greedy and --eval-beam, the fallback, and train refusing it", "[int8][cli]") {
     tf_test::TempDir tmp;
     const std::string small = " bench train --d-model 32 --heads 2 --ffn 64 --layers 1 --vocab 100 --batch 4 --tgt-len 6"
                               " --src-len 6 --bench-warmup 0 --eval-reps 1";
@@ -253,10 +253,17 @@ TEST_CASE("int8 on the command line: bench train --eval-greedy, the fallback, an
         CHECK(out.find("precision int8: this CPU has no int8 instructions") != std::string::npos);
         CHECK(out.find("\"precision\":\"fp32\"") != std::string::npos);
     }
+    {   // --eval-beam times beam search beside greedy, and only beside it
+        const auto [status, out, err] = run("", small + " --steps 0 --eval-beam 2");
+        CHECK(status != 0);
+        CHECK(err.find("--eval-greedy") != std::string::npos);
+    }
     if (skip_without_int8()) return;
-    const auto [status, out, err] = run("", small + " --steps 0 --eval-greedy --precision int8");
+    const auto [status, out, err] = run("", small + " --steps 0 --eval-greedy --eval-beam 2 --precision int8");
     INFO(out << err);
     CHECK(status == 0);
     CHECK(out.find("\"precision\":\"int8\"") != std::string::npos);
     CHECK(out.find("greedy_tokens_per_s") != std::string::npos);
+    CHECK(out.find("\"beam\":2") != std::string::npos);
+    CHECK(out.find("beam_tokens_per_s") != std::string::npos);
 }
