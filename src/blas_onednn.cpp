@@ -1,5 +1,6 @@
 // oneDNN: fp32 tiles on CPUs with AVX-512, bf16 products (--precision bf16) and the matrices held packed for
-// decoding (FrozenMatrices), in int8 quantised (--precision int8). The one file that includes dnnl.hpp; blas.cpp decides which tile goes where.
+// decoding (FrozenMatrices), in int8 quantised (--precision int8). The one file that includes dnnl.hpp;
+// blas.cpp decides which tile goes where.
 #include "blas_backends.h"
 #include "tapeformer/lanes.h"
 #include "tapeformer/reference_ops.h"
@@ -191,8 +192,8 @@ const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" :
 bool cpu_has_bf16() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_bf16); }  // AMX's value contains its bits
 
 // AVX-512 VNNI (vpdpbusd: four u8·s8 products summed into an int32 lane); AMX's value contains its bits.
-// Without VNNI, oneDNN's AVX-512 int8 kernels sum pairs in int16 with saturation and halve s8 weights to
-// stay in range: not the exact int32 sum --precision int8 promises.
+// Without VNNI, AVX-512's int8 multiply (vpmaddubsw) sums pairs of products in int16 with saturation, which
+// oneDNN works around by scaling; the exact int32 sum --precision int8 promises is VNNI's (and AMX's).
 bool cpu_has_int8() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_vnni); }
 
 std::string set_precision(Precision p) {
@@ -211,8 +212,8 @@ std::string set_precision(Precision p) {
 Precision precision() { return g_precision; }
 
 // The scale of a row, then one multiply and a rounding per value, vectorised; reference_ops.cpp writes the
-// same steps as plain loops with std::nearbyint. (GCC leaves a loop over nearbyint scalar, a third of the
-// time int8 decoding spent outside its products; y + 1.5·2^23 − 1.5·2^23 rounds y to nearest even as
+// same steps as plain loops with std::nearbyint. (GCC left a loop over nearbyint scalar: 8% of int8 greedy
+// decoding's time under perf, bench/README.md; y + 1.5·2^23 − 1.5·2^23 rounds y to nearest even as
 // nearbyint does, for |y| < 2^22, and vectorises. Clamping before rounding equals clamping after: ±127
 // are integers and rounding is monotonic.)
 void int8_quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int8_t* q,

@@ -116,7 +116,7 @@ TEST_CASE("int8: a held product equals reference::gemm_int8 up to the rescale's 
     }
 }
 
-TEST_CASE("int8: products over weights not held stay fp32, bit for bit; reference mode runs gemm_int8", "[int8][frozen]") {
+TEST_CASE("int8: products over weights not held stay fp32, bit for bit, and reference mode runs gemm_int8", "[int8][frozen]") {
     if (skip_without_int8()) return;
     constexpr std::int64_t C = 256;
     const std::vector<float> held = uniform(C * C, 80), other = uniform(C * C, 81);
