@@ -215,6 +215,12 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
                     for (std::int64_t i = 0; i < c.M; ++i) std::memcpy(C + i * c.ldc, c.bias, std::size_t(c.N) * sizeof(real));
                     beta = 1;
                 }
+#ifndef TAPEFORMER_F64
+                if (held_int8(c)) {  // --precision int8 over a held weight: the int8 product, plainly
+                    reference::gemm_int8(c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, beta, C, c.ldc);
+                    continue;
+                }
+#endif
                 reference::gemm(c.trans_a, c.trans_b, c.M, c.N, c.K, c.alpha, c.A + e * c.a_step, c.lda, c.B + e * c.b_step,
                                 c.ldb, beta, C, c.ldc);
             }

@@ -28,7 +28,7 @@ void gemm_impl(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
 bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
                   std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
 
-// ---- oneDNN, bf16 and held matrices (blas_onednn.cpp) -------------------------------------------------------
+// ---- oneDNN, bf16, int8 and held matrices (blas_onednn.cpp) -------------------------------------------------------
 using bf16_t = std::uint16_t;  // the upper half of an fp32: sign, 8 exponent bits, 7 mantissa bits
 
 extern Precision g_precision;  // set_precision's
@@ -53,6 +53,9 @@ void bf16_small_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::i
 #ifndef TAPEFORMER_F64
 // Whether a held matrix (FrozenMatrices) took the product: then it is done, computed on this thread.
 bool held_product(const GemmCall& c);
+// Whether the product is one over a held matrix in int8 precision: reference mode runs it as
+// reference::gemm_int8.
+bool held_int8(const GemmCall& c);
 #endif
 
 TF_NAMESPACE_END

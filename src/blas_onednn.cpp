@@ -1,10 +1,15 @@
 // oneDNN: fp32 tiles on CPUs with AVX-512, bf16 products (--precision bf16) and the matrices held packed for
-// decoding (FrozenMatrices). The one file that includes dnnl.hpp; blas.cpp decides which tile goes where.
+// decoding (FrozenMatrices), in int8 quantised (--precision int8). The one file that includes dnnl.hpp;
+// blas.cpp decides which tile goes where.
 #include "blas_backends.h"
+#include "tapeformer/lanes.h"
+#include "tapeformer/reference_ops.h"
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -107,10 +112,10 @@ struct Product {
 
 // With TAPEFORMER_ONEDNN_VERBOSE set, each new product prints one line: what it is (`kind`, its precision
 // and m, n, K) and the kernel oneDNN chose for it.
-Product make_product(const dnnl::matmul::primitive_desc& pd, const std::string& kind, bool bf16, std::int64_t m,
+Product make_product(const dnnl::matmul::primitive_desc& pd, const std::string& kind, Precision p, std::int64_t m,
                      std::int64_t n, std::int64_t K) {
     if (std::getenv("TAPEFORMER_ONEDNN_VERBOSE"))
-        std::fprintf(stderr, "%s %s m=%lld n=%lld K=%lld: %s\n", bf16 ? "bf16" : "fp32", kind.c_str(), (long long)m,
+        std::fprintf(stderr, "%s %s m=%lld n=%lld K=%lld: %s\n", precision_name(p), kind.c_str(), (long long)m,
                      (long long)n, (long long)K, pd.impl_info_str());
     return {dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
 }
@@ -144,7 +149,7 @@ Product make_tile_primitive(const TileKey& key) {
     const dnnl::memory::desc a_md = operand_desc(ta, m, K, lda, bf16), b_md = operand_desc(tb, K, n, ldb, bf16);
     const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_desc(n), c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
     const dnnl::matmul::primitive_desc pd(desc, product_attr(alpha, beta), cpu_engine());
-    return make_product(pd, std::string("tile ") + (ta ? 'T' : 'N') + (tb ? 'T' : 'N') + (bias ? " +bias" : ""), bf16, m, n, K);
+    return make_product(pd, std::string("tile ") + (ta ? 'T' : 'N') + (tb ? 'T' : 'N') + (bias ? " +bias" : ""), bf16 ? Precision::BF16 : Precision::FP32, m, n, K);
 }
 
 }  // namespace
@@ -178,23 +183,70 @@ bool cpu_has_avx512() {
 Precision parse_precision(const std::string& text) {
     if (text == "fp32") return Precision::FP32;
     if (text == "bf16") return Precision::BF16;
-    throw std::invalid_argument("precision must be one of fp32, bf16, got '" + text + "'");
+    if (text == "int8") return Precision::INT8;
+    throw std::invalid_argument("precision must be one of fp32, bf16, int8, got '" + text + "'");
 }
 
-const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
+const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : p == Precision::INT8 ? "int8" : "fp32"; }
 
 bool cpu_has_bf16() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_bf16); }  // AMX's value contains its bits
+
+// AVX-512 VNNI (vpdpbusd: four u8·s8 products summed into an int32 lane); AMX's value contains its bits.
+// Without VNNI, AVX-512's int8 multiply (vpmaddubsw) sums pairs of products in int16 with saturation, which
+// oneDNN works around by scaling; the exact int32 sum --precision int8 promises is VNNI's (and AMX's).
+bool cpu_has_int8() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_vnni); }
 
 std::string set_precision(Precision p) {
     if (p == Precision::BF16 && !cpu_has_bf16()) {
         g_precision = Precision::FP32;
         return "precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX) for oneDNN; running fp32";
     }
+    if (p == Precision::INT8 && (!cpu_has_int8() || !std::is_same_v<real, float>)) {
+        g_precision = Precision::FP32;
+        return "precision int8: this CPU has no int8 instructions (AVX512-VNNI or AMX) for oneDNN; running fp32";
+    }
     g_precision = std::is_same_v<real, float> ? p : Precision::FP32;
     return "";
 }
 
 Precision precision() { return g_precision; }
+
+// The scale of a row, then one multiply and a rounding per value, vectorised; reference_ops.cpp writes the
+// same steps as plain loops with std::nearbyint. (GCC left a loop over nearbyint scalar: 8% of int8 greedy
+// decoding's time under perf, bench/README.md; y + 1.5·2^23 − 1.5·2^23 rounds y to nearest even as
+// nearbyint does, for |y| < 2^22, and vectorises. Clamping before rounding equals clamping after: ±127
+// are integers and rounding is monotonic.)
+void int8_quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int8_t* q,
+                        float* scale) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;  // (cols)
+        std::int8_t* qr = q + r * cols;
+        float part[kLanes] = {};  // max |x| in fixed lanes (lanes.h): a loop that vectorises
+        std::int64_t k = 0;
+        for (; k + kLanes <= cols; k += kLanes)
+            for (std::int64_t l = 0; l < kLanes; ++l) {
+                const float a = std::fabs(xr[k + l]);
+                part[l] = part[l] > a ? part[l] : a;  // (std::max, through references, stays scalar)
+            }
+        float amax = 0;
+        for (std::int64_t l = 0; l < kLanes; ++l) amax = std::max(amax, part[l]);
+        for (; k < cols; ++k) amax = std::max(amax, std::fabs(xr[k]));
+        if (amax == 0) {
+            scale[r] = 0;
+            std::memset(qr, 0, std::size_t(cols));
+            continue;
+        }
+        const float inv = 127.0f / amax;
+        scale[r] = amax / 127.0f;
+        constexpr float kRound = 12582912.0f;  // 1.5·2^23
+#pragma omp simd
+        for (std::int64_t k = 0; k < cols; ++k) {
+            float y = xr[k] * inv;
+            y = y > 127.0f ? 127.0f : y < -127.0f ? -127.0f : y;
+            qr[k] = std::int8_t(static_cast<int>((y + kRound) - kRound));
+        }
+    }
+}
 
 // Products below kSmallProduct multiply-adds (attention's per-head 20×64·64×20, and everything in toy
 // models): A and B rounded to bf16 but held as floats, multiplied by sgemm. A product of two bf16 values is
@@ -223,35 +275,50 @@ const FrozenMatrices* g_frozen = nullptr;  // the one that lives, if any
 // The packed copies: one per (first row, rows, precision) of a held matrix, made at first use under the lock
 // (decoding's groups run on several threads at once), then only read.
 struct FrozenMatrices::Packed {
+    struct Copy {
+        dnnl::memory weights;            // B packed for oneDNN: fp32, bf16 (rounded) or int8 (quantised)
+        std::vector<float> row_scales;   // int8: s_w (N), one per row of B
+    };
     std::mutex mutex;
-    std::map<std::tuple<const real*, std::int64_t, bool>, dnnl::memory> copies;
+    std::map<std::tuple<const real*, std::int64_t, Precision>, Copy> copies;
 #ifndef TAPEFORMER_F64
-    // The copy of B (N, K) with row stride ldb for products in fp32 or bf16, packed at its first use; an
+    // The copy of B (N, K) with row stride ldb for products in precision p, packed at its first use; an
     // empty memory where oneDNN would not use its brgemm kernel for it (then B is left to the usual path).
-    dnnl::memory copy_of(const real* B, std::int64_t N, std::int64_t K, std::int64_t ldb, bool bf16) {
+    const Copy& copy_of(const real* B, std::int64_t N, std::int64_t K, std::int64_t ldb, Precision p) {
         using dt = dnnl::memory::data_type;
         using dims = dnnl::memory::dims;
         std::lock_guard<std::mutex> lock(mutex);
-        auto it = copies.find({B, N, bf16});
+        auto it = copies.find({B, N, p});
         if (it != copies.end()) return it->second;
         // The layout oneDNN's kernel prefers for B (N, K), read as Bᵀ (K, N), asked for a canonical product
         // (32 dense rows, α = 1, β = 0), so that it depends on N, K and the precision only: the primitives of
-        // multiply() are keyed by those, not by the layout.
-        const dt type = bf16 ? dt::bf16 : dt::f32;
+        // multiply() are keyed by those, not by the layout. int8: s8 × s8 -> s32 (oneDNN's VNNI kernels take
+        // an s8 source by adding 128 and subtracting 128·Σ_k w, a compensation the packed copy carries).
+        const bool int8 = p == Precision::INT8;
+        const dt type = int8 ? dt::s8 : p == Precision::BF16 ? dt::bf16 : dt::f32;
         const dnnl::memory::desc any({K, N}, type, dnnl::memory::format_tag::any);
-        const dnnl::memory::desc a32({32, K}, type, dims{K, 1}), c32({32, N}, dt::f32, dims{N, 1});
+        const dnnl::memory::desc a32({32, K}, type, dims{K, 1}), c32({32, N}, int8 ? dt::s32 : dt::f32, dims{N, 1});
         const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a32, any, c32), cpu_engine());
         // Only for oneDNN's brgemm kernels (AVX-512 CPUs): its gemm:jit fallback packs per call as sgemm
         // does, and is no faster.
-        dnnl::memory copy;
+        Copy copy;
         if (std::string(pd.impl_info_str()).rfind("brg", 0) == 0) {
-            dnnl::memory plain({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
-            copy = dnnl::memory(pd.weights_desc(), cpu_engine());
+            std::vector<std::int8_t> q;  // int8: B quantised, (N, K)
+            dnnl::memory plain;
+            if (int8) {
+                q.resize(std::size_t(N * K));
+                copy.row_scales.resize(std::size_t(N));
+                int8_quantize_rows(B, N, K, ldb, q.data(), copy.row_scales.data());
+                plain = dnnl::memory({{K, N}, dt::s8, dims{1, K}}, cpu_engine(), q.data());
+            } else {
+                plain = dnnl::memory({{K, N}, dt::f32, dims{1, ldb}}, cpu_engine(), const_cast<float*>(B));
+            }
+            copy.weights = dnnl::memory(pd.weights_desc(), cpu_engine());
             dnnl::stream stream(cpu_engine());
-            dnnl::reorder(plain, copy).execute(stream, plain, copy);  // f32 -> bf16 rounds to nearest even
+            dnnl::reorder(plain, copy.weights).execute(stream, plain, copy.weights);  // f32 -> bf16 rounds to nearest even
             stream.wait();
         }
-        return copies.emplace(std::make_tuple(B, N, bf16), copy).first->second;
+        return copies.emplace(std::make_tuple(B, N, p), std::move(copy)).first->second;
     }
 #endif
 };
@@ -281,7 +348,8 @@ bool FrozenMatrices::holds(const real* B, std::int64_t rows, std::int64_t cols, 
 }
 
 // One oneDNN matmul on this thread over B's packed copy. In bf16, A is rounded to a dense bf16 copy first
-// (oneDNN multiplies bf16 by bf16 only).
+// (oneDNN multiplies bf16 by bf16 only); in int8, A is quantised by rows to a dense int8 copy, the product
+// is summed in int32, and C is rescaled here, row by row (blas.h's INT8: the steps of reference::gemm_int8).
 bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
                               std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C,
                               std::int64_t ldc) const {
@@ -292,34 +360,63 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     if (!cpu_has_avx512() || !holds(B, N, K, ldb)) return false;
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
-    const bool bf16 = g_precision == Precision::BF16;
-    const dt type = bf16 ? dt::bf16 : dt::f32;
-    const std::int64_t a_ld = bf16 ? K : lda;
+    const Precision p = g_precision;
+    const bool bf16 = p == Precision::BF16, int8 = p == Precision::INT8;
+    const dt type = int8 ? dt::s8 : bf16 ? dt::bf16 : dt::f32;
+    const std::int64_t a_ld = bf16 || int8 ? K : lda;
+    const std::int64_t c_ld = int8 ? N : ldc;  // int8: the int32 sums, dense, before the rescale
     const dnnl::memory::desc a_md({M, K}, type, dims{a_ld, 1});
-    const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
-    using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float, bool>;
+    const dnnl::memory::desc c_md({M, N}, int8 ? dt::s32 : dt::f32, dims{c_ld, 1});
+    using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float, Precision>;
     thread_local std::map<Key, Product> primitives;  // per thread: no primitive runs on two at once
     try {
         OneThread one_thread;  // oneDNN neither splits the product nor opens a region of its own
-        const dnnl::memory weights = packed_->copy_of(B, N, K, ldb, bf16);
-        if (!weights) return false;
-        const Key key{M, N, K, a_ld, ldc, alpha, beta, bf16};  // with N, K and bf16, the layout of `weights`
+        const Packed::Copy& copy = packed_->copy_of(B, N, K, ldb, p);
+        if (!copy.weights) return false;
+        // int8: α and β are applied in the rescale, the matmul makes the plain int32 sums
+        const float m_alpha = int8 ? 1.0f : alpha, m_beta = int8 ? 0.0f : beta;
+        const Key key{M, N, K, a_ld, c_ld, m_alpha, m_beta, p};  // with N, K and p, the layout of the copy
         auto it = primitives.find(key);
         if (it == primitives.end()) {
-            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, weights.get_desc(), c_md),
-                                                  product_attr(alpha, beta), cpu_engine());
-            it = primitives.emplace(key, make_product(pd, "held product", bf16, M, N, K)).first;
+            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, copy.weights.get_desc(), c_md),
+                                                  product_attr(m_alpha, m_beta), cpu_engine());
+            it = primitives.emplace(key, make_product(pd, "held product", p, M, N, K)).first;
         }
         thread_local std::vector<bf16_t> a16;
+        thread_local std::vector<std::int8_t> a8;       // (M, K) int8: A quantised
+        thread_local std::vector<float> a_scales;       // (M)
+        thread_local std::vector<std::int32_t> sums;    // (M, N) int8: Σ_k q_a·q_w
         const void* a = A;
+        void* c = C;
         if (bf16) {
             a16.resize(std::size_t(M * K));
             round_to_bf16(A, M, K, lda, a16.data());
             a = a16.data();
+        } else if (int8) {
+            a8.resize(std::size_t(M * K));
+            a_scales.resize(std::size_t(M));
+            sums.resize(std::size_t(M * N));
+            int8_quantize_rows(A, M, K, lda, a8.data(), a_scales.data());
+            a = a8.data();
+            c = sums.data();
         }
         const dnnl::memory a_mem(a_md, cpu_engine(), const_cast<void*>(a));
-        const dnnl::memory c_mem(c_md, cpu_engine(), C);
-        run_product(it->second, a_mem, weights, c_mem);
+        const dnnl::memory c_mem(c_md, cpu_engine(), c);
+        run_product(it->second, a_mem, copy.weights, c_mem);
+        if (int8)  // C = α·(float(Σ)·(s_a·s_w)) + β·C, as reference::gemm_int8 writes it
+            for (std::int64_t i = 0; i < M; ++i) {
+                const float sa = a_scales[std::size_t(i)];
+                const float* sw = copy.row_scales.data();
+                const std::int32_t* si = sums.data() + i * N;  // (N)
+                float* ci = C + i * ldc;                       // (N)
+                if (beta == 0.0f) {
+#pragma omp simd
+                    for (std::int64_t j = 0; j < N; ++j) ci[j] = 0.0f + alpha * (float(si[j]) * (sa * sw[j]));
+                } else {
+#pragma omp simd
+                    for (std::int64_t j = 0; j < N; ++j) ci[j] = beta * ci[j] + alpha * (float(si[j]) * (sa * sw[j]));
+                }
+            }
         return true;
     } catch (const dnnl::error&) {
         return false;
@@ -333,7 +430,17 @@ bool held_product(const GemmCall& c) {
     if (!g_frozen || c.batch != 1 || c.trans_a || !c.trans_b || c.K == 0 || !g_frozen->holds(c.B, c.N, c.K, c.ldb)) return false;
     if (c.bias)
         for (std::int64_t i = 0; i < c.M; ++i) std::memcpy(c.C + i * c.ldc, c.bias, std::size_t(c.N) * sizeof(real));
-    return g_frozen->multiply(c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, c.bias ? real(1) : c.beta, c.C, c.ldc);
+    const real beta = c.bias ? real(1) : c.beta;
+    if (g_frozen->multiply(c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, beta, c.C, c.ldc)) return true;
+    if (g_precision != Precision::INT8) return false;  // (C started as the bias: gemm adds the product to it)
+    // int8 where oneDNN has no kernel for the product: the same product, plainly
+    reference::gemm_int8(c.M, c.N, c.K, c.alpha, c.A, c.lda, c.B, c.ldb, beta, c.C, c.ldc);
+    return true;
+}
+
+bool held_int8(const GemmCall& c) {
+    return g_precision == Precision::INT8 && g_frozen && c.batch == 1 && !c.trans_a && c.trans_b && c.K > 0 &&
+           g_frozen->holds(c.B, c.N, c.K, c.ldb);
 }
 #endif
 

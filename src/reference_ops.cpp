@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
+#include "blas_backends.h"
 #include "ops_kernels.h"
 
 TF_NAMESPACE_BEGIN
@@ -62,6 +64,46 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real
         }
 }
 
+// ---- the int8 product (--precision int8) -----------------------------------------------------------------
+//   s[r] = max_k |X[r,k]| / 127,   q[r,k] = round(X[r,k] · 127 / max_k |X[r,k]|)  (to nearest even, |q| <= 127)
+//   C[m,n] = α · float(Σ_k q_a[m,k] · q_w[n,k]) · (s_a[m] · s_w[n]) + β · C[m,n]     (the sum in int32)
+
+namespace {
+
+// Row r of X (rows, cols), row stride ld -> q[r] (cols) and its scale s[r].
+void quantize_rows_plain(const float* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                         std::vector<std::int8_t>& q, std::vector<float>& s) {
+    q.assign(std::size_t(rows * cols), 0);
+    s.assign(std::size_t(rows), 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+        float amax = 0;
+        for (std::int64_t k = 0; k < cols; ++k) amax = std::max(amax, std::fabs(X[r * ld + k]));
+        if (amax == 0) continue;  // a row of zeros: scale 0, q 0
+        const float inv = 127.0f / amax;
+        s[r] = amax / 127.0f;
+        for (std::int64_t k = 0; k < cols; ++k)
+            q[r * cols + k] = std::int8_t(std::max(-127.0f, std::min(127.0f, std::nearbyint(X[r * ld + k] * inv))));
+    }
+}
+
+}  // namespace
+
+void gemm_int8(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A, std::int64_t lda,
+               const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+    std::vector<std::int8_t> qa, qw;  // (M, K), (N, K)
+    std::vector<float> sa, sw;        // (M), (N)
+    quantize_rows_plain(A, M, K, lda, qa, sa);
+    quantize_rows_plain(B, N, K, ldb, qw, sw);
+    for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t j = 0; j < N; ++j) {
+            std::int32_t acc = 0;  // exact: |acc| <= K · 127², below 2^31 for K < 133,000
+            for (std::int64_t k = 0; k < K; ++k) acc += std::int32_t(qa[i * K + k]) * std::int32_t(qw[j * K + k]);
+            const float r = float(acc) * (sa[i] * sw[j]);
+            const float c = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];  // β = 0 ignores what C held
+            C[i * ldc + j] = c + alpha * r;
+        }
+}
+
 // ---- matmul ----------------------------------------------------------------------------------------------
 // C = α · op(A) · op(B), one product per leading index (batch), or one 2-D B shared by every row of A.
 // With dC the upstream gradient:   d op(A) = α · dC · op(B)ᵀ,   d op(B) = α · op(A)ᵀ · dC.
@@ -81,6 +123,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, real alpha) {
     const std::int64_t a_step = shared_b ? 0 : M * K, b_step = shared_b ? 0 : K * N, c_step = M * N;
     for (std::int64_t e = 0; e < batch; ++e) {  // C_e (M, N) = α · op(A_e) (M, K) · op(B_e) (K, N)
         const real *A = a.data() + e * a_step, *B = b.data() + e * b_step;
+#ifndef TAPEFORMER_F64
+        // --precision int8, B a weight held for decoding: the int8 product, as gemm computes it there
+        if (held_int8(GemmCall{ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, out.data() + e * c_step, N})) {
+            reference::gemm_int8(M, N, K, alpha, A, lda, B, ldb, 0, out.data() + e * c_step, N);
+            continue;
+        }
+#endif
         reference::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, out.data() + e * c_step, N);
     }
     if (!needs_grad({&a, &b})) return out;

@@ -54,6 +54,10 @@ void add_bench_command(CLI::App& app) {
                     "instead of the fused attention_heads that train uses: the same numbers, to compare the speed");
     train->add_flag("--eval-greedy", o->eval_greedy, "Also time greedy decoding of one batch for exactly tgt-len steps");
     train->add_option("--eval-reps", o->eval_reps, "Timed greedy repetitions")->capture_default_str();
+    train->add_option("--eval-beam", o->eval_beam,
+                      "With --eval-greedy: also time beam search with K beams on the same batch, each sentence up to\n"
+                      "tgt-len tokens (stopping where beam's rule says; tokens/s counts those generated)")
+        ->capture_default_str();
     train->add_option("--name", o->name, "Label copied into the JSON line");
     train->add_option("--profile", o->profile, "After timing, N steps with per-op timers for both passes and the time in matrix products (printed)")
         ->capture_default_str();

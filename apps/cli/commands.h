@@ -55,7 +55,7 @@ void check_integer_flags(CLI::App& app);
 // Throws std::invalid_argument naming the first word of argv that stands where a subcommand of `app` (or
 // of the subcommand before it) should be and is none, with the closest name when one is near.
 void check_subcommand_name(const CLI::App& app, int argc, const char* const* argv);
-// --precision fp32|bf16 (translate, eval, bench train; train has it in its settings table), and setting it
+// --precision fp32|bf16|int8 (translate, eval, bench train; train has it in its settings table), and setting it
 // for the process: bf16 on a CPU without bf16 instructions prints one note on stderr and runs fp32.
 CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision);
 void apply_precision(const std::string& precision);

@@ -32,8 +32,12 @@ CLI::Option* add_precision_option(CLI::App& cmd, std::string& precision) {
     return cmd
         .add_option("--precision", precision,
                     "Matrix products in fp32, or bf16 with fp32 sums (weights, softmax, layer norm, loss stay fp32;\n"
-                    "without bf16 instructions in the CPU: fp32, with a note)")
-        ->check(CLI::IsMember({"fp32", "bf16"}))
+                    "without bf16 instructions in the CPU: fp32, with a note), or int8 (decoding only: the linear\n"
+                    "layers' and the output projection's products with int8 weights, one scale per output row, and\n"
+                    "int8 activations, one scale per token, summed in int32 and rescaled in fp32; attention's\n"
+                    "products, softmax, layer norm and log-softmax stay fp32; needs AVX512-VNNI or AMX, else fp32\n"
+                    "with a note)")
+        ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
         ->capture_default_str();
 }
 

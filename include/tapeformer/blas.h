@@ -65,9 +65,28 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs = 0,
 // softmax, layer norm, the loss) stays fp32. The products are split into tiles as sgemm's are, each tile one
 // single-threaded oneDNN call, so bf16 results too are the same on any thread count. The float64 build
 // (gradient checks) ignores the setting.
-enum class Precision { FP32, BF16 };
-Precision parse_precision(const std::string& text);  // "fp32" or "bf16"; std::invalid_argument otherwise
-const char* precision_name(Precision p);              // "fp32", "bf16"
+// INT8 (inference only; the float build, CPUs with AVX-512 VNNI): the products over held matrices
+// (FrozenMatrices below: a model's weights while it decodes — every linear layer and the output projection)
+// multiply int8 by int8 with int32 sums, CTranslate2's and PyTorch's quantize_dynamic recipe:
+//   s_w[n] = max_k |B[n,k]| / 127,  q_w[n,k] = round(B[n,k] / s_w[n])   (per output row, once, at first use)
+//   s_a[m] = max_k |A[m,k]| / 127,  q_a[m,k] = round(A[m,k] / s_a[m])   (per row of A, at every product)
+//   C[m,n] = α · float(Σ_k q_a[m,k]·q_w[n,k]) · (s_a[m]·s_w[n]) + β·C[m,n]   (the sum in int32, exact)
+// symmetric, to nearest even, in [-127, 127] (int8_quantize_rows below). Every other product (attention's
+// per-head QKᵀ and AV, and training's, which never holds its weights) stays fp32, as do softmax, layer norm
+// and the log-softmax. reference::gemm_int8 (reference_ops.h) is the same product written plainly.
+enum class Precision { FP32, BF16, INT8 };
+Precision parse_precision(const std::string& text);  // "fp32", "bf16" or "int8"; std::invalid_argument otherwise
+const char* precision_name(Precision p);              // "fp32", "bf16", "int8"
+
+// Whether this CPU multiplies int8 matrices with int32 sums in hardware (AVX-512 VNNI, or AMX-INT8), as
+// oneDNN sees it: --precision int8 needs it (without, set_precision(INT8) runs fp32 with a note).
+bool cpu_has_int8();
+
+// The int8 quantisation of INT8 above, for the product and its reference alike: each row r of x (rows,
+// cols), row stride ld, to q (rows, cols) dense with scale[r] = max |x[r,:]| / 127 and q = round(x · 127 /
+// max) to nearest even (a row of zeros: scale 0, q 0).
+void int8_quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int8_t* q,
+                        float* scale);
 
 // Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX), as oneDNN sees it (so that
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE hides it).
@@ -77,8 +96,9 @@ bool cpu_has_bf16();
 // gemm's large fp32 products and the products over held weights (FrozenMatrices) run through oneDNN.
 bool cpu_has_avx512();
 
-// Sets the precision of every later gemm in this process. BF16 on a CPU without bf16 instructions sets
-// FP32 instead and returns one line saying so (for the user); otherwise returns "".
+// Sets the precision of every later gemm in this process. BF16 on a CPU without bf16 instructions, or INT8
+// on one without int8 ones (cpu_has_int8), sets FP32 instead and returns one line saying so (for the
+// user); otherwise returns "".
 std::string set_precision(Precision p);
 Precision precision();
 
@@ -87,7 +107,8 @@ Precision precision();
 // matrices added to it, or whole consecutive rows of one (the query rows of a fused Q, K, V weight), runs
 // as one oneDNN matmul on the calling thread, reading a copy of B packed (and in bf16 precision rounded)
 // at its first use, in the layout oneDNN's brgemm kernel reads — where oneDNN has one for the product (CPUs
-// with AVX-512); elsewhere gemm takes its usual path. Decoding multiplies the same weights by a few rows
+// with AVX-512); elsewhere gemm takes its usual path. In int8 precision the copy is the quantised matrix and
+// its row scales, and the product is int8's (above); in reference mode reference::gemm_int8 computes it. Decoding multiplies the same weights by a few rows
 // at every step, and sgemm packed (in bf16: rounded and packed) the whole weight again at every call: a
 // third of a decoding step (sgemm_incopy) in fp32; oneDNN's brgemm kernel on packed weights also runs
 // these thin products faster than sgemm (AMD EPYC Zen 4, one core, bench_decode_products: 237 against 99

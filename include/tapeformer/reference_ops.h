@@ -44,6 +44,13 @@ namespace reference {
 void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,
           std::int64_t lda, const real* B, std::int64_t ldb, real beta, real* C, std::int64_t ldc);
 
+// The int8 product of --precision int8 (blas.h's INT8), C (M, N) = α·A (M, K)·Bᵀ + β·C with B (N, K): B's
+// rows and A's rows quantised to int8 with one scale each, the dot products summed in int32, rescaled in
+// fp32 — each step a plain loop. What a product over a held matrix computes in int8 precision (tests/
+// test_int8.cpp compares the two), and, in reference mode, what it runs.
+void gemm_int8(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A, std::int64_t lda,
+               const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false, real alpha = 1);
 Tensor softmax(const Tensor& a, const Tensor& mask = Tensor());
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps = real(1e-5));

@@ -309,6 +309,33 @@ void time_greedy(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     *log << buf << std::flush;
 }
 
+// Beam search over the same batch, each sentence up to T tokens (no forced steps: beam stops where its
+// rule says); one untimed run, then eval_reps timed ones. Tokens/s counts the tokens generated, EOS included.
+void time_beam(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
+    const BenchTrainOptions& o = run.options;
+    const std::int64_t B = o.batch, S = o.src_len, T = o.tgt_len;
+    DecodeOptions dopt;
+    dopt.beam = o.eval_beam;
+    dopt.max_len_ratio = 0;
+    dopt.max_len_offset = int(T);  // L(n) = T for every sentence
+    const RandomBatch& b = run.batches[0];
+    const FrozenWeights frozen(run.model);
+    std::int64_t tokens = 0;
+    for (const Translation& t : translate_batch_scored(run.model, b.src, B, S, dopt))  // untimed
+        tokens += std::int64_t(t.tokens.size()) + (t.ended ? 1 : 0);
+    const auto t0 = Clock::now();
+    for (std::int64_t r = 0; r < o.eval_reps; ++r) translate_batch_scored(run.model, b.src, B, S, dopt);
+    const double mean = ms_since(t0) / 1000.0 / double(o.eval_reps);
+    res.has_beam = true;
+    res.beam_ms_per_batch = 1000 * mean;
+    res.beam_tokens_per_s = double(tokens) / mean;
+    if (!log) return;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "beam %d: batch %lld, %lld tokens: %.1f ms/batch; %.0f tok/s\n", o.eval_beam,
+                  (long long)B, (long long)tokens, res.beam_ms_per_batch, res.beam_tokens_per_s);
+    *log << buf << std::flush;
+}
+
 // Prints one pass's ops, slowest first: ms per step, share of the pass, and the part in products.
 void print_ops(std::ostream& log, const char* pass, const std::map<std::string, double>& ms_by_op,
                const std::map<std::string, double>& product_ms_by_op, std::int64_t steps) {
@@ -390,6 +417,11 @@ void BenchTrainOptions::validate() const {
         throw std::invalid_argument("bench train: --steps, --bench-warmup, --warmup-steps and --profile must not be negative");
     if (!(label_smoothing >= 0 && label_smoothing <= 1))
         throw std::invalid_argument("bench train: --label-smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
+    if (precision == Precision::INT8 && !eval_greedy)
+        throw std::invalid_argument("bench train --precision int8: int8 is for decoding, which --eval-greedy times "
+                                    "(training's products stay fp32); add --eval-greedy");
+    if (eval_beam < 0 || (eval_beam > 0 && !eval_greedy))
+        throw std::invalid_argument("bench train: --eval-beam K (K >= 1) times beam search beside --eval-greedy; add --eval-greedy");
     if (decoder_only && eval_greedy)
         throw std::invalid_argument("bench train: --eval-greedy times translation, which a decoder-only model does not do");
     model_config(*this).validate();  // layers, heads dividing d_model, dropout range
@@ -427,6 +459,7 @@ BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
     describe(run, res, log);
     if (o.steps > 0) time_training(run, res, log);
     if (o.eval_greedy) time_greedy(run, res, log);
+    if (o.eval_greedy && o.eval_beam > 0) time_beam(run, res, log);
     if (o.profile > 0) profile_steps(run, res, log);
     res.peak_rss_mb = peak_rss_mb();
     res.pool_peak_mb = double(pool_stats().peak_bytes_in_use) / (1024.0 * 1024.0);
@@ -466,6 +499,11 @@ std::string BenchTrainResult::to_json() const {
         j["cpu_ms_per_step"] = cpu_ms_per_step;
         j["loss_first"] = loss_first;
         j["loss_last"] = loss_last;
+    }
+    if (has_beam) {
+        j["beam"] = options.eval_beam;
+        j["beam_ms_per_batch"] = beam_ms_per_batch;
+        j["beam_tokens_per_s"] = beam_tokens_per_s;
     }
     if (has_greedy) {
         j["greedy_ms_per_batch"] = greedy_ms_per_batch;

@@ -954,6 +954,9 @@ StopReason Trainer::stop_reason() {
 }
 
 TrainResult Trainer::run() {
+    if (c_.precision == Precision::INT8)
+        throw std::invalid_argument("precision int8 is for decoding (translate, eval, bench train --eval-greedy); "
+                                    "train multiplies in fp32 or bf16");
     if (reference_mode() && c_.precision == Precision::BF16)
         throw std::invalid_argument("precision bf16: reference mode multiplies in fp32 with three loops; run without one of them");
     ranks_ = &world();

@@ -147,7 +147,8 @@ std::vector<Setting<TrainConfig>> build_table() {
     t.push_back(added_later(choice_setting<T>(
         "precision", "precision", run,
         "Matrix products in fp32, or bf16 with fp32 sums (PyTorch's CPU autocast recipe: weights, Adam, softmax,\n"
-        "layer norm and loss stay fp32); on a CPU without bf16 instructions: fp32, with a note",
+        "layer norm and loss stay fp32); on a CPU without bf16 instructions: fp32, with a note. (int8 is for\n"
+        "decoding only: translate and eval --precision int8)",
         {"fp32", "bf16"}, [](auto& c) -> auto& { return c.precision; }, parse_precision,
         [](Precision p) { return precision_name(p); })));
     t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run,

@@ -44,6 +44,7 @@ struct BenchTrainOptions {
     bool composed_attention = false; // attention as the composed ops instead of ops.h's attention_heads (to compare)
     bool eval_greedy = false;        // also time greedy decoding of the first batch for exactly T steps
     std::int64_t eval_reps = 3;      // timed greedy repetitions (after one untimed)
+    int eval_beam = 0;               // with eval_greedy: also time beam search with this many beams, up to T tokens (0: no)
     std::string name;                // copied into the result
     std::int64_t profile = 0;        // > 0: after timing, N more steps with per-op timers (both passes)
     Precision precision = Precision::FP32;  // of the products (blas.h); bf16 falls back to fp32 without bf16 instructions
@@ -87,6 +88,10 @@ struct BenchTrainResult {
     bool has_greedy = false;
     double greedy_ms_per_batch = 0, greedy_ms_per_batch_best = 0;
     double greedy_tokens_per_s = 0, greedy_tokens_per_s_best = 0;
+    // Beam search (when eval_beam > 0): the same batch, up to T tokens a sentence, eval_reps timed runs;
+    // tokens are those generated (EOS included), which depend on where the beams stop.
+    bool has_beam = false;
+    double beam_ms_per_batch = 0, beam_tokens_per_s = 0;
     // Per-op backward time (when profile > 0): op name -> ms per step.
     std::map<std::string, double> backward_ms_by_op;
     std::map<std::string, double> forward_ms_by_op;  // the same for the forward pass (each op charged at its record)
