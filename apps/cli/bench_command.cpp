@@ -24,6 +24,9 @@ void add_bench_command(CLI::App& app) {
         "torch_ref.py's keys (tgt_tokens_per_s, ms_per_step, peak_rss_mb, ...).");
     train->add_option("--d-model", o->d_model, "Model width C")->capture_default_str();
     train->add_option("--heads", o->heads, "Attention heads H")->capture_default_str();
+    train->add_option("--head-counts", o->head_counts,
+                      "Heads per layer of a model with heads removed, as heads prune --save stores them, e.g.\n"
+                      "'E:2,2,2;D:4,4,4;A:1,2,2' (head width stays d-model / heads): the speed of a pruned model");
     train->add_option("--ffn", o->ffn, "FFN inner width F")->capture_default_str();
     train->add_option("--layers", o->layers, "Encoder layers = decoder layers (unless overridden)")->capture_default_str();
     train->add_option("--enc-layers", o->enc_layers, "Encoder layers (default: --layers)");

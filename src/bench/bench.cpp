@@ -100,6 +100,11 @@ ModelConfig model_config(const BenchTrainOptions& o) {
     c.arch = o.decoder_only ? Architecture::DecoderOnly : Architecture::EncoderDecoder;  // decoder-only: src unread
     c.d_model = o.d_model;
     c.heads = o.heads;
+    try {
+        c.set_head_counts(o.head_counts);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("bench train: --head-counts: ") + e.what());
+    }
     c.ffn = o.ffn;
     c.enc_layers = enc_layers(o);
     c.dec_layers = dec_layers(o);
@@ -217,11 +222,11 @@ void describe(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     for (const auto& [stack, flops] : fl.by_stack) parts += (parts.empty() ? "" : ", ") + stack + " " + fmt("%.3f", flops / 1e9);
     char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s%s\nmodel: d=%lld h=%lld ffn=%lld layers=%s V=%lld params=%lld; "
+                  "tapeformer, threads %d; precision %s; BLAS %s; small products %s%s\nmodel: d=%lld h=%lld%s ffn=%lld layers=%s V=%lld params=%lld; "
                   "batch %lldx(src %lld, tgt %lld); fwd GFLOP/step %.3f (%s); train ~3x = %.3f\n",
                   res.threads, precision_name(precision()), blas_info(), small_products_info().c_str(),
                   res.reference ? "; reference ops (three-loop products, no fused kernels)" : "", (long long)o.d_model,
-                  (long long)o.heads, (long long)o.ffn,
+                  (long long)o.heads, o.head_counts.empty() ? "" : (" (per layer " + o.head_counts + ")").c_str(), (long long)o.ffn,
                   (o.decoder_only ? "decoder-only " + std::to_string(dec_layers(o))
                                   : std::to_string(enc_layers(o)) + "+" + std::to_string(dec_layers(o))).c_str(),
                   (long long)o.vocab, (long long)res.params,
@@ -469,7 +474,7 @@ BenchTrainResult bench_train(const BenchTrainOptions& o, std::ostream* log) {
 std::string BenchTrainResult::to_json() const {
     const BenchTrainOptions& o = options;
     const nlohmann::json config = {
-        {"d_model", o.d_model},           {"heads", o.heads},     {"ffn", o.ffn},
+        {"d_model", o.d_model},           {"heads", o.heads},     {"head_counts", o.head_counts}, {"ffn", o.ffn},
         {"enc_layers", enc_layers(o)},    {"dec_layers", dec_layers(o)}, {"vocab", o.vocab},
         {"batch", o.batch},               {"src_len", o.src_len}, {"tgt_len", o.tgt_len},
         {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings},

@@ -23,6 +23,8 @@ TF_NAMESPACE_BEGIN
 struct BenchTrainOptions {
     std::int64_t d_model = 256;      // C
     std::int64_t heads = 4;          // H
+    std::string head_counts;         // heads per layer, as a pruned model stores them ("E:2,2,2;D:4,4,4;A:1,2,2"),
+                                     // "" = H in every attention: the speed of a model with heads removed
     std::int64_t ffn = 1024;         // F
     std::int64_t layers = 3;         // encoder layers = decoder layers, unless set below
     std::int64_t enc_layers = -1;    // -1: = layers
