@@ -190,7 +190,7 @@ TEST_CASE("head counts: stored in the weights file's metadata as text, read back
     refused("D:0", "keeps 1 to heads");
 }
 
-TEST_CASE("heads prune --save: a smaller model every command loads, its NLL the masked model's; train --init-from "
+TEST_CASE("heads prune --save: a smaller model every command loads, its NLL the masked model's, train --init-from "
           "fine-tunes it; nothing of the user's replaced",
           "[heads][prune][removal][cli]") {
     TempDir tmp;

@@ -30,7 +30,10 @@ std::string other_value(const tf::Setting<tf::TrainConfig>& s, const tf::TrainCo
             return tf::setting_detail::format_real(std::stod(now) == hi ? hi / 2 : hi);
         }
         case tf::SettingType::Bool: return now == "true" ? "false" : "true";
-        case tf::SettingType::Text: return "dir with \"quotes\", a \\ backslash, 'single' and #hash/" + s.name;
+        case tf::SettingType::Text:
+            // (the per-layer head counts are text of a grammar: counts for everything_changed's 2 + 2 layers of 2 heads)
+            if (s.key == "model.head_counts") return "E:1,2;D:2,1;A:1,1";
+            return "dir with \"quotes\", a \\ backslash, 'single' and #hash/" + s.name;
         case tf::SettingType::Choice: return s.choices.back() == now ? s.choices.front() : s.choices.back();
     }
     return now;
