@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -114,6 +115,26 @@ inline tf::ModelConfig tiny_model_config(std::int64_t V, std::int64_t C, std::in
     c.dec_layers = dec_layers;
     c.max_len = max_len;
     return c;
+}
+
+// A random model and batch for decoding tests that need several groups of decoder rows (decode.cpp's
+// kGroupRows) and products of every kind: 80 source sentences of 4-10 words (S 12, EOS, padding), d_model 64,
+// FFN 256, 2 + 2 layers, 1500 words a side, the generator sharpened (×8) so that the argmax is clear.
+struct DecodingCase {
+    std::unique_ptr<tf::Transformer> model;
+    std::vector<std::int32_t> src;  // (B, S)
+    std::int64_t B = 80, S = 12;
+};
+inline DecodingCase sharpened_decoding_case() {
+    DecodingCase d;
+    tf::ModelConfig c = tiny_model_config(1500, 64, 2, 256, 2, 2, 64);
+    d.model = std::make_unique<tf::Transformer>(c, 11);
+    for (std::int64_t i = 0; i < d.model->generator.numel(); ++i) d.model->generator.data()[i] *= 8;
+    tf::Rng rng(12);
+    for (std::int64_t b = 0; b < d.B; ++b)
+        for (std::int64_t s = 0; s < d.S; ++s)
+            d.src.push_back(s < 4 + b % 7 ? std::int32_t(3 + rng.below(1497)) : s == 4 + b % 7 ? 2 : 0);
+    return d;
 }
 
 // The thread count for one case (train() and some cases set it); the previous one again at its end.

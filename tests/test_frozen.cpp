@@ -197,24 +197,10 @@ TEST_CASE("frozen matrices: holds() takes whole rows of a held matrix only, and 
 
 TEST_CASE("FrozenWeights: greedy and beam translations, held weights, the same on 1 and 2 threads",
           "[frozen][decode][determinism]") {
-    // Large enough for several groups of decoder rows (decode.cpp's kGroupRows) and products of every kind:
-    // 80 sentences, d_model 64, FFN 256, 1500 target words; the generator sharpened so that the argmax is
-    // clear.
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = 1500;
-    c.d_model = 64;
-    c.heads = 2;
-    c.ffn = 256;
-    c.enc_layers = c.dec_layers = 2;
-    c.max_len = 64;
-    tf::Transformer model(c, 11);
-    for (std::int64_t i = 0; i < model.generator.numel(); ++i) model.generator.data()[i] *= 8;
-    const std::int64_t B = 80, S = 12;
-    tf::Rng rng(12);
-    std::vector<std::int32_t> src;
-    for (std::int64_t b = 0; b < B; ++b)
-        for (std::int64_t s = 0; s < S; ++s)
-            src.push_back(s < 4 + b % 7 ? std::int32_t(3 + rng.below(1497)) : s == 4 + b % 7 ? 2 : 0);
+    tf_test::DecodingCase d = tf_test::sharpened_decoding_case();  // several groups of rows, products of every kind
+    tf::Transformer& model = *d.model;
+    const std::vector<std::int32_t>& src = d.src;
+    const std::int64_t B = d.B, S = d.S;
     std::size_t matrices = 0;
     for (const tf::NamedTensor& p : model.parameters()) matrices += p.tensor.rank() == 2;
     tf_test::ThreadsGuard threads;

@@ -139,23 +139,10 @@ TEST_CASE("int8: products over weights not held stay fp32, bit for bit, and refe
 
 TEST_CASE("int8: a greedy decoding equals the one computed with the reference int8 kernel", "[int8][decode]") {
     if (skip_without_int8()) return;
-    // test_frozen's model: 80 sentences, d_model 64, FFN 256, 1500 target words, the generator sharpened so
-    // that the argmax is clear.
-    tf::ModelConfig c;
-    c.src_vocab = c.tgt_vocab = 1500;
-    c.d_model = 64;
-    c.heads = 2;
-    c.ffn = 256;
-    c.enc_layers = c.dec_layers = 2;
-    c.max_len = 64;
-    tf::Transformer model(c, 11);
-    for (std::int64_t i = 0; i < model.generator.numel(); ++i) model.generator.data()[i] *= 8;
-    const std::int64_t B = 80, S = 12;
-    tf::Rng rng(12);
-    std::vector<std::int32_t> src;
-    for (std::int64_t b = 0; b < B; ++b)
-        for (std::int64_t s = 0; s < S; ++s)
-            src.push_back(s < 4 + b % 7 ? std::int32_t(3 + rng.below(1497)) : s == 4 + b % 7 ? 2 : 0);
+    tf_test::DecodingCase d = tf_test::sharpened_decoding_case();  // test_frozen's model and sentences
+    tf::Transformer& model = *d.model;
+    const std::vector<std::int32_t>& src = d.src;
+    const std::int64_t B = d.B, S = d.S;
     tf::DecodeOptions o;
     o.beam = 1;
     PrecisionScope scope(Precision::INT8);

@@ -222,8 +222,9 @@ void translate_stream(const TranslateOptions& opt, ModelBundle& bundle) {
     std::signal(SIGTERM, SIG_DFL);
     if (opt.timing)
         std::fprintf(stderr, "decoded %lld sentences, %lld target tokens in %.3f s: %.1f tokens/s, %.1f sentences/s (%d thread%s)\n",
-                     (long long)done, (long long)output_tokens, decoding_seconds, double(output_tokens) / decoding_seconds,
-                     double(done) / decoding_seconds, num_threads(), num_threads() == 1 ? "" : "s");
+                     (long long)done, (long long)output_tokens, decoding_seconds,
+                     decoding_seconds > 0 ? double(output_tokens) / decoding_seconds : 0.0,
+                     decoding_seconds > 0 ? double(done) / decoding_seconds : 0.0, num_threads(), num_threads() == 1 ? "" : "s");
     if (truncated > 0)
         std::cerr << "tapeformer: note: " << truncated << " of " << done << " input sentences were longer than the model's "
                   << bundle.model->config.max_len - 1 << " source tokens; only their beginning was translated\n";
