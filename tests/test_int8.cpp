@@ -152,8 +152,12 @@ TEST_CASE("int8: a greedy decoding equals the one computed with the reference in
     {
         // Every product plainly, the held ones through reference::gemm_int8; softmax, layer norm and the
         // rest in their reference forms too, so the activations differ from the fast ones in their last
-        // bits, and a value on a rounding boundary can quantise to its neighbour: the words must be the
-        // same, the log-probabilities close.
+        // bits, and a value on a rounding boundary can quantise to its neighbour. Where that changes one
+        // greedy choice the rest of that sentence follows it; which sentences it hits depends on the fp32
+        // kernels before the quantisation (all 80 sentences agree under OpenBLAS's Haswell, Zen and
+        // Sandybridge kernels; under SkylakeX's, Zen 5, two differ in a word and one, with the same words,
+        // in its log-probability by 0.14%). The products themselves are compared bit for bit above; here at
+        // least 95% of the sentences must have the same words and log-probabilities within 1e-3.
         tf::ReferenceModeScope reference;
         plain = tf::translate_batch_scored(model, src, B, S, o);
     }
@@ -161,13 +165,14 @@ TEST_CASE("int8: a greedy decoding equals the one computed with the reference in
     const auto fp32 = tf::translate_batch_scored(model, src, B, S, o);
     REQUIRE(fast.size() == std::size_t(B));
     REQUIRE(plain.size() == std::size_t(B));
-    std::int64_t same_as_fp32 = 0;
+    std::int64_t same_as_fp32 = 0, same_as_plain = 0;
     for (std::int64_t b = 0; b < B; ++b) {
         INFO("sentence " << b);
-        CHECK(fast[b].tokens == plain[b].tokens);
-        CHECK(fast[b].log_prob == Approx(plain[b].log_prob).epsilon(1e-3));
+        same_as_plain += fast[b].tokens == plain[b].tokens && fast[b].log_prob == Approx(plain[b].log_prob).epsilon(1e-3);
         same_as_fp32 += fast[b].tokens == fp32[b].tokens;
     }
+    INFO("sentences the same as the plain int8 decoding's (words, log-probability): " << same_as_plain << " of " << B);
+    CHECK(same_as_plain * 100 >= B * 95);
     // int8 is not fp32: on these random weights, whose outputs run to 24 tokens of near-repeats where one
     // changed token changes the rest, 64 of the 80 sentences came out the same (Zen 5); a trained model
     // agrees far more (the copy-task case below).
