@@ -3,8 +3,10 @@
 #include "tapeformer/run/distributed.h"
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -55,6 +57,7 @@ public:
         MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
         MPI_Comm_size(MPI_COMM_WORLD, &size_);
+        if (size_ > 1) whole_lines();
         std::atexit([] {
             int finalized = 0;
             MPI_Finalized(&finalized);
@@ -80,6 +83,14 @@ public:
     }
 
 private:
+    // mpirun merges the ranks' output as it reads it: an unbuffered stderr sends a line in pieces (one write
+    // per <<), and another rank's line can land between them. Line buffering hands each line over in one write.
+    static void whole_lines() {
+        std::setvbuf(stderr, nullptr, _IOLBF, BUFSIZ);
+        std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+        std::cerr.unsetf(std::ios::unitbuf);  // (unitbuf would flush after every <<)
+    }
+
     static int int_count(std::int64_t count) {
         if (count > INT_MAX) throw std::logic_error("MPI: more than INT_MAX values in one call (bucket them)");
         return int(count);
