@@ -7,6 +7,9 @@
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -184,10 +187,19 @@ Precision parse_precision(const std::string& text) {
     if (text == "fp32") return Precision::FP32;
     if (text == "bf16") return Precision::BF16;
     if (text == "int8") return Precision::INT8;
-    throw std::invalid_argument("precision must be one of fp32, bf16, int8, got '" + text + "'");
+    if (text == "auto") return Precision::AUTO;
+    throw std::invalid_argument("precision must be one of fp32, bf16, int8, auto, got '" + text + "'");
 }
 
-const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : p == Precision::INT8 ? "int8" : "fp32"; }
+const char* precision_name(Precision p) {
+    switch (p) {
+        case Precision::BF16: return "bf16";
+        case Precision::INT8: return "int8";
+        case Precision::AUTO: return "auto";
+        case Precision::FP32: break;
+    }
+    return "fp32";
+}
 
 bool cpu_has_bf16() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_bf16); }  // AMX's value contains its bits
 
@@ -196,7 +208,49 @@ bool cpu_has_bf16() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_bf16); } 
 // oneDNN works around by scaling; the exact int32 sum --precision int8 promises is VNNI's (and AMX's).
 bool cpu_has_int8() { return onednn_isa_has(dnnl::cpu_isa::avx512_core_vnni); }
 
+namespace {
+bool cpu_is_amd() {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);  // the vendor string is EBX, EDX, ECX
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    return std::string(vendor) == "AuthenticAMD";
+#else
+    return false;
+#endif
+}
+}  // namespace
+
+Precision auto_precision(std::int64_t d_model, std::string& why) {
+    const std::string rule = " (auto: bf16 where AMX-BF16 or AMD's AVX512-BF16 make a step faster, for d_model >= " +
+                             std::to_string(kAutoBf16MinWidth) + ")";
+    if (!std::is_same_v<real, float> || reference_mode()) {
+        why = "precision auto: fp32 (reference mode multiplies in fp32)";
+        return Precision::FP32;
+    }
+    const bool amx = onednn_isa_has(dnnl::cpu_isa::avx512_core_amx), bf16 = cpu_has_bf16();
+    if (!amx && !(bf16 && cpu_is_amd())) {
+        why = std::string("precision auto: fp32, as this CPU has ") +
+              (bf16 ? "AVX512-BF16 without AMX, where bf16 products measured slower than fp32"
+                    : "no bf16 products (AVX512-BF16 or AMX) for oneDNN") + rule;
+        return Precision::FP32;
+    }
+    const std::string unit = amx ? "AMX-BF16" : "AVX512-BF16";
+    if (d_model < kAutoBf16MinWidth) {
+        why = "precision auto: fp32, as d_model " + std::to_string(d_model) + " is below " +
+              std::to_string(kAutoBf16MinWidth) + ", where fp32's results are the same on every CPU (" + unit +
+              " here; --precision bf16 to use it)";
+        return Precision::FP32;
+    }
+    why = "precision auto: bf16 products with fp32 sums, on this CPU's " + unit + rule + "; --precision fp32 for fp32";
+    return Precision::BF16;
+}
+
 std::string set_precision(Precision p) {
+    if (p == Precision::AUTO) throw std::logic_error("set_precision(AUTO): resolve it with auto_precision first");
     if (p == Precision::BF16 && !cpu_has_bf16()) {
         g_precision = Precision::FP32;
         return "precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX) for oneDNN; running fp32";

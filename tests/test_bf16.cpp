@@ -73,6 +73,23 @@ TEST_CASE("precision: parse, names and the setting", "[bf16]") {
     CHECK(tf::precision() == Precision::FP32);
 }
 
+TEST_CASE("precision auto: fp32 below the width, bf16 only where the CPU has bf16 products, never a gemm's setting", "[bf16]") {
+    CHECK(tf::parse_precision("auto") == Precision::AUTO);
+    CHECK(std::string(tf::precision_name(Precision::AUTO)) == "auto");
+    CHECK_THROWS_AS(tf::set_precision(Precision::AUTO), std::logic_error);
+    CHECK(tf::precision() == Precision::FP32);
+    std::string why;
+    CHECK(tf::auto_precision(tf::kAutoBf16MinWidth - 1, why) == Precision::FP32);
+    CHECK(why.find('\n') == std::string::npos);
+    const Precision wide = tf::auto_precision(tf::kAutoBf16MinWidth, why);
+    INFO(why);
+    CHECK(why.rfind("precision auto: " + std::string(tf::precision_name(wide)), 0) == 0);
+    if (!tf::cpu_has_bf16()) CHECK(wide == Precision::FP32);
+    tf::set_reference_mode(true);
+    CHECK(tf::auto_precision(4096, why) == Precision::FP32);  // the three loops multiply in fp32
+    tf::set_reference_mode(false);
+}
+
 TEST_CASE("bf16 gemm matches an fp32 reference on the bf16-rounded operands", "[bf16]") {
     if (skip_without_bf16()) return;
     // Every transpose combination, α and β as the ops use them, shapes from one tile to several tiles
@@ -248,4 +265,45 @@ TEST_CASE("bench train: --precision and --bf16, and the one-line fallback withou
         CHECK(out.find("\"precision\":\"bf16\"") != std::string::npos);
         CHECK(out.find("no bf16 instructions") == std::string::npos);
     }
+}
+
+TEST_CASE("train: --precision auto is the default, run.json records what it chose, and runs from before it read fp32", "[bf16][cli][train]") {
+    TempDir tmp;
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    // One step of a model of width `d_model` on the toy corpus; its stderr.
+    auto train = [&](const std::string& env, const std::string& out, std::int64_t d_model, const std::string& more) {
+        const std::string log = tmp / (out + ".log");
+        const std::string command = env + " " + tf_test::shell_quote(TF_CLI) + " --threads 1 train --train-src " +
+                                    tf_test::shell_quote(toy + "valid.src") + " --train-tgt " + tf_test::shell_quote(toy + "valid.tgt") +
+                                    " --tokenizer word --vocab-size 0 --d-model " + std::to_string(d_model) +
+                                    " --heads 2 --ffn 32 --layers 1 --batch-tokens 400 --max-steps 1 --out " +
+                                    tf_test::shell_quote(tmp / out) + more + " 2>" + tf_test::shell_quote(log);
+        REQUIRE(std::system(command.c_str()) == 0);
+        return tf_test::read_all(log);
+    };
+    auto stored = [&](const std::string& out) {
+        return nlohmann::json::parse(tf_test::read_all(tmp / out + "/run.json")).at("precision").get<std::string>();
+    };
+    // Below the width: fp32 on every CPU, unsaid.
+    const std::string narrow = train("", "narrow", 16, "");
+    CHECK(stored("narrow") == "fp32");
+    CHECK(narrow.find("precision auto") == std::string::npos);
+    // At the width: what auto_precision says for this CPU, said in one line where it is bf16.
+    std::string why;
+    const Precision expected = tf::auto_precision(tf::kAutoBf16MinWidth, why);
+    const std::string wide = train("", "wide", tf::kAutoBf16MinWidth, "");
+    INFO(wide);
+    CHECK(stored("wide") == tf::precision_name(expected));
+    CHECK((wide.find("precision auto: bf16") != std::string::npos) == (expected == Precision::BF16));
+    CHECK((wide.find("bf16 products") != std::string::npos) == (expected == Precision::BF16));
+    // oneDNN told to use AVX-512 without bf16: fp32 at any width.
+    train("ONEDNN_MAX_CPU_ISA=AVX512_CORE", "hidden", tf::kAutoBf16MinWidth, "");
+    CHECK(stored("hidden") == "fp32");
+    // An explicit choice stands.
+    train("", "explicit", tf::kAutoBf16MinWidth, " --precision fp32");
+    CHECK(stored("explicit") == "fp32");
+    // A run.json written before auto existed has no "precision": it trained, and resumes, in fp32.
+    nlohmann::json old = nlohmann::json::parse(tf_test::read_all(tmp / "wide/run.json"));
+    old.erase("precision");
+    CHECK(tf::train_config_from_json(old.dump()).precision == Precision::FP32);
 }

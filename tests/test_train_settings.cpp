@@ -163,6 +163,7 @@ TEST_CASE("train settings: cosine with only --time-budget asks for --max-steps o
 
 TEST_CASE("train settings: a run.json of an older version (model values as text, newer keys absent) is read",
           "[train][settings]") {
+    CHECK(tf::find_setting(tf::train_settings(), "precision", /*by_key=*/true)->absent == "fp32");
     const tf::TrainConfig changed = everything_changed();
     nlohmann::json j = nlohmann::json::parse(tf::to_json(changed));
     for (auto& [key, value] : j["model"].items()) value = value.is_string() ? value : nlohmann::json(value.dump());
@@ -177,7 +178,9 @@ TEST_CASE("train settings: a run.json of an older version (model values as text,
     for (const auto& s : tf::train_settings()) {
         if (s.key.empty()) continue;
         INFO(s.key);
-        CHECK(s.get(back) == (s.required ? s.get(changed) : s.get(tf::TrainConfig{})));
+        // absent: the value older versions ran with (precision: fp32, from before auto), else the default
+        const std::string absent = s.absent.empty() ? s.get(tf::TrainConfig{}) : s.absent;
+        CHECK(s.get(back) == (s.required ? s.get(changed) : absent));
     }
     // A required value missing, or of the wrong type, is refused naming it.
     nlohmann::json missing = j;

@@ -74,9 +74,11 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs = 0,
 // symmetric, to nearest even, in [-127, 127] (int8_quantize_rows below). Every other product (attention's
 // per-head QKᵀ and AV, and training's, which never holds its weights) stays fp32, as do softmax, layer norm
 // and the log-softmax. reference::gemm_int8 (reference_ops.h) is the same product written plainly.
-enum class Precision { FP32, BF16, INT8 };
-Precision parse_precision(const std::string& text);  // "fp32", "bf16" or "int8"; std::invalid_argument otherwise
-const char* precision_name(Precision p);              // "fp32", "bf16", "int8"
+// AUTO is a choice, not a precision: `train`'s default, which a run turns into FP32 or BF16 before its first
+// product (auto_precision below) and records as such; set_precision refuses it.
+enum class Precision { FP32, BF16, INT8, AUTO };
+Precision parse_precision(const std::string& text);  // "fp32", "bf16", "int8" or "auto"; std::invalid_argument otherwise
+const char* precision_name(Precision p);              // "fp32", "bf16", "int8", "auto"
 
 // Whether this CPU multiplies int8 matrices with int32 sums in hardware (AVX-512 VNNI, or AMX-INT8), as
 // oneDNN sees it: --precision int8 needs it (without, set_precision(INT8) runs fp32 with a note).
@@ -92,13 +94,23 @@ void int8_quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, st
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE hides it).
 bool cpu_has_bf16();
 
+// What `--precision auto` trains a model of width d_model in, and why (one line for the user): BF16 where
+// bf16 products measured faster than fp32 ones for a training step — AMX-BF16 (an Intel Xeon: 1.35×) and
+// AVX512-BF16 on AMD (Zen 4: 1.53×, Zen 5: 1.38×) — and d_model is at least kAutoBf16MinWidth; FP32
+// elsewhere: Intel's AVX512-BF16 without AMX (0.67×, the Xeon with AMX hidden), CPUs without bf16 products,
+// reference mode, and small models. Below that width a step takes milliseconds (the toy preset trains in
+// minutes) and fp32 keeps a run's numbers the same on every CPU, which the lessons and tests rely on; bf16's
+// sums follow each CPU's kernels. Figures: bench/README.md "--precision auto".
+constexpr std::int64_t kAutoBf16MinWidth = 256;
+Precision auto_precision(std::int64_t d_model, std::string& why);
+
 // Whether oneDNN has AVX-512 kernels on this CPU, as it sees it (ONEDNN_MAX_CPU_ISA=AVX2 hides them): there,
 // gemm's large fp32 products and the products over held weights (FrozenMatrices) run through oneDNN.
 bool cpu_has_avx512();
 
 // Sets the precision of every later gemm in this process. BF16 on a CPU without bf16 instructions, or INT8
 // on one without int8 ones (cpu_has_int8), sets FP32 instead and returns one line saying so (for the
-// user); otherwise returns "".
+// user); otherwise returns "". AUTO: std::logic_error (resolve it with auto_precision first).
 std::string set_precision(Precision p);
 Precision precision();
 

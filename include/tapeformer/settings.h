@@ -38,7 +38,8 @@ struct Setting {
     std::vector<std::string> choices;  // SettingType::Choice: the accepted values
     double lo = 0, hi = 0;             // Integer and Real: the accepted range [lo, hi] (hi_open: [lo, hi))
     bool lo_open = false, hi_open = false;
-    bool required = true;  // must be in a stored file; false for settings newer files added (old: default)
+    bool required = true;  // must be in a stored file; false for settings newer files added (old: `absent`)
+    std::string absent;    // not required: the value a file written before the setting ran with ("" = the default)
     std::string negation;  // Bool: the flag that sets it false ("separate-vocab"), "" = --no-NAME
 
     std::function<std::string(const Config&)> get;         // the value as canonical text
@@ -237,10 +238,12 @@ Setting<Config> choice_setting(std::string name, std::string key, std::string gr
     return s;
 }
 
-// A setting newer versions added: files written before it may lack it, and then get its default.
+// A setting newer versions added: files written before it may lack it, and then get `absent` — the value
+// they ran with, where the default has changed since — or else its default.
 template <class Config>
-Setting<Config> added_later(Setting<Config> s) {
+Setting<Config> added_later(Setting<Config> s, std::string absent = "") {
     s.required = false;
+    s.absent = std::move(absent);
     return s;
 }
 
@@ -254,6 +257,7 @@ Setting<Outer> lift_setting(const Setting<Inner>& s, Project project) {
     out.lo_open = s.lo_open;
     out.hi_open = s.hi_open;
     out.required = s.required;
+    out.absent = s.absent;
     out.negation = s.negation;
     out.get = [get = s.get, project](const Outer& o) { return get(project(o)); };
     out.set = [set = s.set, project](Outer& o, const std::string& text) { set(project(o), text); };

@@ -147,10 +147,15 @@ std::vector<Setting<TrainConfig>> build_table() {
     t.push_back(added_later(choice_setting<T>(
         "precision", "precision", run,
         "Matrix products in fp32, or bf16 with fp32 sums (PyTorch's CPU autocast recipe: weights, Adam, softmax,\n"
-        "layer norm and loss stay fp32); on a CPU without bf16 instructions: fp32, with a note. (int8 is for\n"
-        "decoding only: translate and eval --precision int8)",
-        {"fp32", "bf16"}, [](auto& c) -> auto& { return c.precision; }, parse_precision,
-        [](Precision p) { return precision_name(p); })));
+        "layer norm and loss stay fp32; on a CPU without bf16 instructions: fp32, with a note), or auto: bf16\n"
+        "where the CPU's bf16 products were measured faster (AMX-BF16; AVX512-BF16 on AMD) and d_model >= " +
+            std::to_string(kAutoBf16MinWidth) + ",\n"
+        "fp32 elsewhere (a run says so in one line where auto chose bf16); run.json records the precision\n"
+        "used. (int8 is for decoding only:\n"
+        "translate and eval --precision int8)",
+        {"auto", "fp32", "bf16"}, [](auto& c) -> auto& { return c.precision; }, parse_precision,
+        [](Precision p) { return precision_name(p); }),
+        /*absent=*/"fp32"));  // (runs from before auto trained in fp32)
     t.push_back(bool_setting<T>("valid-bleu", "valid_bleu", run,
                                 "Decode the validation set (greedy), score BLEU and exact match, and pick the best model by BLEU",
                                 "no-valid-bleu", [](auto& c) -> auto& { return c.valid_bleu; }));
@@ -588,7 +593,9 @@ TrainConfig train_config_from_json(const std::string& text) {
             const auto path = json_path(s.key);
             if (!j.contains(path)) {
                 if (s.required) throw std::runtime_error("\"" + s.key + "\" is missing");
-                continue;  // written by an older version: the default
+                // written by an older version: what it ran with
+                if (!s.absent.empty()) apply_setting(s, c, s.absent, "\"" + s.key + "\" (absent)");
+                continue;
             }
             const nlohmann::json& v = j.at(path);  // older versions wrote the model's values as strings
             apply_setting(s, c, v.is_string() ? v.get<std::string>() : v.dump(),

@@ -54,7 +54,7 @@ struct TrainConfig {
     std::string out_dir;               // the model directory (see checkpoint.h)
     std::uint64_t seed = 1;            // initialisation, dropout, batch order, tokenizer sampling
     int threads = 0;                   // 0 = all cores
-    Precision precision = Precision::FP32;  // of the matrix products (blas.h); bf16 runs fp32 on a CPU without it
+    Precision precision = Precision::AUTO;  // of the matrix products (blas.h); a run resolves AUTO (auto_precision)
 
     // Stopping: whichever comes first; at least one must be set.
     std::int64_t max_steps = 0;
