@@ -228,7 +228,7 @@ Precision auto_precision(std::int64_t d_model, std::string& why) {
     const std::string rule = " (auto: bf16 where AMX-BF16 or AMD's AVX512-BF16 make a step faster, for d_model >= " +
                              std::to_string(kAutoBf16MinWidth) + ")";
     if (!std::is_same_v<real, float> || reference_mode()) {
-        why = "precision auto: fp32 (reference mode multiplies in fp32)";
+        why = "precision auto: fp32 (reference mode, and the float64 build, multiply without bf16)";
         return Precision::FP32;
     }
     const bool amx = onednn_isa_has(dnnl::cpu_isa::avx512_core_amx), bf16 = cpu_has_bf16();

@@ -302,6 +302,9 @@ TEST_CASE("train: --precision auto is the default, run.json records what it chos
     // An explicit choice stands.
     train("", "explicit", tf::kAutoBf16MinWidth, " --precision fp32");
     CHECK(stored("explicit") == "fp32");
+    // --init-from: the width is the source model's (16), not the flags' (256).
+    train("", "fine-tuned", tf::kAutoBf16MinWidth, " --init-from " + tf_test::shell_quote(tmp / "narrow"));
+    CHECK(stored("fine-tuned") == "fp32");
     // A run.json written before auto existed has no "precision": it trained, and resumes, in fp32.
     nlohmann::json old = nlohmann::json::parse(tf_test::read_all(tmp / "wide/run.json"));
     old.erase("precision");

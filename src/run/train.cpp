@@ -972,13 +972,13 @@ TrainResult Trainer::run() {
     std::exception_ptr failure;
     try {
         prepare_directory();
+        prepare_data();  // (--init-from: the model's settings, its width among them, come from there)
         if (c_.precision == Precision::AUTO) {  // (before run.json is written: it records the choice)
             std::string why;
             c_.precision = auto_precision(c_.model.d_model, why);
             if (c_.precision == Precision::BF16) log_ << why << "\n";  // (fp32, as before auto, goes unsaid)
         }
         if (const std::string note = set_precision(c_.precision); !note.empty()) log_ << note << "\n";
-        prepare_data();
         build_model();
         check_ranks();
     } catch (...) {
