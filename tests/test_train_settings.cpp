@@ -239,6 +239,25 @@ TEST_CASE("train settings: defaults that follow from other settings", "[train][s
     CHECK_THAT(r.notes[0], Contains("--lr 1") && Contains("cosine"));
 }
 
+TEST_CASE("train settings: --init-from names the model and tokenizer settings it ignores, not the dropouts or a preset's",
+          "[train][settings]") {
+    TempDir tmp("init_from");
+    tf::TrainArguments args;
+    args.preset = "toy";  // (sets d-model, layers, tokenizer, vocab-size: unsaid)
+    args.flags = {{"init-from", "base"}, {"dropout", "0.3"}, {"lr", "0.5"}};
+    CHECK(tf::resolve_train_config(args).notes.empty());
+    args.config_file = write_file(tmp, "a.toml", "heads = 2\nlabel-smoothing = 0.2\n");
+    args.flags = {{"init-from", "base"}, {"d-model", "64"}, {"layers", "1"}, {"causal-mask", "false"},
+                  {"vocab-size", "100"}, {"attention-dropout", "0.2"}};
+    const tf::ResolvedTrainConfig r = tf::resolve_train_config(args);
+    REQUIRE(r.notes.size() == 1);
+    INFO(r.notes[0]);
+    CHECK_THAT(r.notes[0], Contains("--init-from trains base's model") && Contains("a.toml:1: heads") &&
+                               Contains("--d-model --layers --causal-mask --vocab-size"));
+    CHECK_THAT(r.notes[0], !Contains("--dropout") && !Contains("--attention-dropout") && !Contains("preset") &&
+                               !Contains("label-smoothing"));
+}
+
 TEST_CASE("train settings: every number is range-checked, overflow included, naming where it came from",
           "[train][settings]") {
     for (const auto& s : tf::train_settings()) {

@@ -453,6 +453,22 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
         return r;
     }
 
+    // --init-from DIR trains DIR's model with its settings and tokenizer (Trainer::read_init_model): what the
+    // command line and --config said of those is named, as --resume names what it ignores. (A preset's
+    // values go unsaid: a preset names a whole recipe, of which --init-from keeps the rest.)
+    if (!c.init_from.empty()) {
+        std::set<std::string> from_model = {"layers", "tokenizer", "vocab-size", "joint-vocab"};
+        for (const Setting<ModelConfig>& s : model_settings()) from_model.insert(s.name);
+        for (const char* own : {"dropout", "attention-dropout", "activation-dropout"}) from_model.erase(own);
+        std::string ignored;
+        for (std::size_t i = preset ? 1 : 0; i < sources.size(); ++i)
+            for (const SourcedValue& v : sources[i])
+                if (from_model.count(v.name)) ignored += " " + v.where;
+        if (!ignored.empty())
+            r.notes.push_back("--init-from trains " + c.init_from + "'s model with its own settings and tokenizer (of "
+                              "those, only the dropouts may change); ignored:" + ignored);
+    }
+
     // A preset's data that is not there yet: say how to make it rather than "cannot open".
     if (preset && !preset->make_data.empty() && c.data.train_src == preset->values.front().second &&
         !std::ifstream(c.data.train_src))
