@@ -9,6 +9,7 @@
 
 #include "tapeformer/blas.h"
 #include "cli/commands.h"
+#include "tapeformer/run/distributed.h"
 #include "tapeformer/run/train.h"
 #include "tapeformer/run/train_settings.h"
 #include "tapeformer/study/head_log.h"
@@ -73,7 +74,10 @@ void add_train_command(CLI::App& app) {
             if (auto it = given->find(s.name); it != given->end()) args->flags.emplace_back(s.name, it->second);
         args->threads = num_threads();  // as set by the global --threads (default: all cores)
         const ResolvedTrainConfig resolved = resolve_train_config(*args);
-        for (const std::string& note : resolved.notes) std::cerr << "tapeformer: note: " << note << "\n";
+        // Under mpirun every rank resolves the same settings: rank 0 says what they note, once for the job.
+        // (world() also sets an MPI job's output up before the first line: distributed.cpp)
+        if (world().rank() == 0)
+            for (const std::string& note : resolved.notes) std::cerr << "tapeformer: note: " << note << "\n";
         // The studies that watch training from above: the head log writes heads.jsonl when the run's
         // --log-heads-every says so (its own on --resume, which the flags here do not carry).
         HeadLogWatcher head_log;

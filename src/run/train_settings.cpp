@@ -151,8 +151,7 @@ std::vector<Setting<TrainConfig>> build_table() {
         "where the CPU's bf16 products were measured faster (AMX-BF16; AVX512-BF16 on AMD) and d_model >= " +
             std::to_string(kAutoBf16MinWidth) + ",\n"
         "fp32 elsewhere (a run says so in one line where auto chose bf16); run.json records the precision\n"
-        "used. (int8 is for decoding only:\n"
-        "translate and eval --precision int8)",
+        "used. (int8 is for decoding only: translate and eval --precision int8)",
         {"auto", "fp32", "bf16"}, [](auto& c) -> auto& { return c.precision; }, parse_precision,
         [](Precision p) { return precision_name(p); }),
         /*absent=*/"fp32"));  // (runs from before auto trained in fp32)
