@@ -215,7 +215,7 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
         thread_local std::vector<real> scratch;  // Pd
         if (drop) {
             scratch.resize(std::size_t(Tq * Tk));
-            for (std::int64_t j = 0; j < Tq * Tk; ++j) scratch[j] = draws.apply(i * Tq * Tk + j, P[j]);
+            draws.apply_n(i * Tq * Tk, Tq * Tk, P, scratch.data());
             A = scratch.data();
         }
         gemm(false, false, Tq, D, Tk, 1, A, Tk, pkv + at.v, Wkv, 0, py + at.context, C);  // Pd V (Tq, D)
@@ -239,22 +239,16 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
             const real* P = P_all + i * Tq * Tk;
             const real* dC = g + at.context;  // (Tq, D), row stride C
             thread_local std::vector<real> pd, dp;
-            thread_local std::vector<std::uint8_t> kept;  // the head's dropout draws, hashed once for both uses
             pd.resize(std::size_t(Tq * Tk));
             dp.resize(std::size_t(Tq * Tk));
             const real* A = P;
-            if (drop) {
-                kept.resize(std::size_t(Tq * Tk));
-                for (std::int64_t j = 0; j < Tq * Tk; ++j) {
-                    kept[j] = draws.keeps(i * Tq * Tk + j);
-                    pd[j] = kept[j] ? P[j] * draws.keep_scale : real(0);  // DropoutDraws::apply
-                }
+            if (drop) {  // Pd again, from the same counters
+                draws.apply_n(i * Tq * Tk, Tq * Tk, P, pd.data());
                 A = pd.data();
             }
             gemm(false, true, Tq, Tk, D, 1, dC, C, pkv + at.v, Wkv, 0, dp.data(), Tk);  // dPd = dC Vᵀ (Tq, Tk)
             if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, 1, dxkv + at.v, Wkv);  // dV += Pdᵀ dC
-            if (drop)
-                for (std::int64_t j = 0; j < Tq * Tk; ++j) dp[j] = kept[j] ? dp[j] * draws.keep_scale : real(0);  // dP
+            if (drop) draws.apply_n(i * Tq * Tk, Tq * Tk, dp.data(), dp.data());  // dP
             for (std::int64_t t = 0; t < Tq; ++t)  // dS, over dP
                 softmax_backward_row(dp.data() + t * Tk, P + t * Tk, Tk, pd.data() + t * Tk, true);
             const real* dS = pd.data();
