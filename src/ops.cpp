@@ -767,7 +767,7 @@ Tensor embedding(const Tensor& table, const std::vector<std::int32_t>& ids, cons
 // ---- cross_entropy ------------------------------------------------------------------------------------------------
 
 Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t ignore_index,
-                     real eps, CrossEntropyStats* stats, bool consume_logits) {
+                     real eps, CrossEntropyStats* stats, bool consume_logits, real seed) {
     require_defined("cross_entropy", logits, "logits");
     if (logits.rank() != 2) fail("cross_entropy", "logits must be (N, V), got " + logits.shape().str());
     const std::int64_t N = logits.size(0), V = logits.size(1);
@@ -783,15 +783,38 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         ++count;
     }
     if (reference_mode()) return reference::cross_entropy(logits, target, ignore_index, eps, stats);
+    // ∂loss/∂x_ij = (p_ij − (1−ε)·[j = t_i] − ε/V) / n   for counted rows, 0 for ignored ones; times the seed.
+    // Written over x row by row (after the row's loss has read it), here when the caller consumes the logits,
+    // else in backward.
+    const real off = eps / real(V), on = real(1) - eps + off;
+    auto gradient_row = [=](real g, real lse_i, std::int32_t t, const real* xr, real* dr, bool overwrite) {
+        if (t == ignore_index) {  // no gradient: a row not yet written is zeroed
+            if (overwrite) std::fill(dr, dr + V, real(0));
+            return;
+        }
+        if (xr == dr)  // one pointer: the loop vectorises without an overlap check
+            for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(dr[j] - lse_i) - off);
+        else if (overwrite)
+            for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(xr[j] - lse_i) - off);
+        else
+            for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - lse_i) - off);
+        dr[t] -= g * (on - off);
+    };
+    const bool grad = needs_grad({&logits}) && count > 0;
+    const bool grad_now = grad && consume_logits && !logits.is_leaf();  // a leaf's values are the caller's own
+    const real g_now = seed / real(count);
     Tensor lse = Tensor::empty(Shape{N});  // log Σ_j exp(x_ij): all that backward needs to rebuild p_ij
-    const real* x = logits.data();
+    real* x = Tensor(logits).data();       // written only with grad_now
     real* l = lse.data();
     // Per-row terms, summed in row order afterwards: the loss is the same bit for bit whatever the threads.
     std::vector<double> row_loss(N, 0.0), row_nll(N, 0.0);
 #pragma omp parallel for schedule(static) if (N * V >= kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
-        if (target[i] == ignore_index) continue;
-        const real* xr = x + i * V;
+        real* xr = x + i * V;
+        if (target[i] == ignore_index) {
+            if (grad_now) gradient_row(g_now, 0, target[i], xr, xr, true);
+            continue;
+        }
         const real mx = lane_max(xr, V);
         const double total = lane_sum(V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); });
         const double row_sum = lane_sum(V, [&](std::int64_t j) { return xr[j]; });
@@ -801,6 +824,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         const double smooth = lse_i - row_sum / double(V);  // (1/V) Σ_j −log p_j
         row_nll[i] = nll;
         row_loss[i] = (1.0 - eps) * nll + eps * smooth;
+        if (grad_now) gradient_row(g_now, l[i], target[i], xr, xr, true);
     }
     double loss_sum = 0, nll_sum = 0;
     for (std::int64_t i = 0; i < N; ++i) {
@@ -812,34 +836,24 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         stats->count = count;
     }
     Tensor out = Tensor::scalar(count ? real(loss_sum / double(count)) : real(0));
-    if (!needs_grad({&logits}) || count == 0) return out;
-    return record("cross_entropy", out, {logits}, [target, ignore_index, eps, N, V, count, lse, consume_logits](
+    if (!grad) return out;
+    return record("cross_entropy", out, {logits}, [gradient_row, target, N, V, count, lse, grad_now, g_now](
                                                        Tensor& y, std::vector<Tensor>& in) {
-        // ∂loss/∂x_ij = (p_ij − (1−ε)·[j = t_i] − ε/V) / n   for counted rows, 0 for ignored ones.
         const real g = y.grad()[0] / real(count);
+        if (grad_now) {  // the logits' buffer holds the gradient for the promised seed: it becomes theirs
+            // Held by anyone but the tape, or given a gradient by an op that read them after the loss, or seeded
+            // otherwise: a promise broken, which the values written over the logits cannot undo.
+            if (g != g_now || !in[0].grad_over_value().data)
+                throw std::logic_error("cross_entropy: consume_logits was given, but " +
+                                       std::string(g != g_now ? "backward's seed is not the one promised"
+                                                              : "something besides the loss holds or read the logits"));
+            return;
+        }
         const real* l = lse.data();
         const real* x = in[0].data();
-        GradTarget dx = consume_logits ? in[0].grad_over_value() : GradTarget{nullptr, false};
-        const bool in_place = dx.data != nullptr;  // then dx.data is x: each value is read, then overwritten
-        if (!in_place) dx = in[0].grad_target();
-        const real off = eps / real(V), on = real(1) - eps + off;
+        GradTarget dx = in[0].grad_target();
 #pragma omp parallel for schedule(static) if (N * V >= kParallelGrain)
-        for (std::int64_t i = 0; i < N; ++i) {
-            real* dr = dx.data + i * V;
-            if (target[i] == ignore_index) {  // no gradient: a row not yet written is zeroed
-                if (dx.overwrite) std::fill(dr, dr + V, real(0));
-                continue;
-            }
-            const real *xr = x + i * V;
-            const real lse_i = l[i];
-            if (in_place)  // one pointer: the loop vectorises without an overlap check
-                for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(dr[j] - lse_i) - off);
-            else if (dx.overwrite)
-                for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(xr[j] - lse_i) - off);
-            else
-                for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - lse_i) - off);
-            dr[target[i]] -= g * (on - off);
-        }
+        for (std::int64_t i = 0; i < N; ++i) gradient_row(g, l[i], target[i], x + i * V, dx.data + i * V, dx.overwrite);
     });
 }
 

@@ -574,11 +574,11 @@ struct OutputLayer {
         b = tf::random_tensor({V}, 9);
         for (std::int64_t i = 0; i < N; ++i) target.push_back(i % 5 == 4 ? -1 : static_cast<std::int32_t>((i * 7) % V));
     }
-    // The loss's gradients of x, W and b after one backward.
-    std::vector<std::vector<real>> gradients(bool consume) {
+    // The loss's gradients of x, W and b after one backward seeded with `seed`.
+    std::vector<std::vector<real>> gradients(bool consume, real seed = 1) {
         for (Tensor* t : {&x, &w, &b}) t->release_grad();
-        Tensor loss = tf::cross_entropy(tf::affine(x, w, b), target, -1, real(0.1), nullptr, consume);
-        tf::backward(loss);
+        Tensor loss = tf::cross_entropy(tf::affine(x, w, b), target, -1, real(0.1), nullptr, consume, seed);
+        tf::backward(loss, std::vector<real>{seed});
         return {x.grad_vector(), w.grad_vector(), b.grad_vector()};
     }
 };
@@ -598,29 +598,44 @@ TEST_CASE("ops: cross_entropy with consume_logits gives the same gradients bit f
         return tf::pool_stats().peak_bytes_in_use - before;
     };
     CHECK(layer.gradients(true) == plain);
+    const real seed = real(0.3);  // a micro-batch's share of an accumulated step's gradient
+    CHECK(layer.gradients(true, seed) == layer.gradients(false, seed));
     const std::size_t with_buffer = peak_of(false), over_logits = peak_of(true);
     INFO("peak above the start: " << with_buffer << " bytes without, " << over_logits << " with consume_logits");
     CHECK(with_buffer - over_logits >= std::size_t(N * V) * sizeof(real));
 }
 
-TEST_CASE("ops: cross_entropy with consume_logits leaves logits alone that anything else can still read", "[ops]") {
+TEST_CASE("ops: cross_entropy with consume_logits: a broken promise is caught in backward, a leaf is left alone",
+          "[ops]") {
+    // consume_logits writes the gradient over the logits in the forward pass; backward finds out when the caller
+    // did not keep its promise (nothing else reads them; backward seeded as promised) and says so.
     tf::tape().clear();
     OutputLayer layer(12, 4, 10);
+    auto broken = [](auto run) {  // the std::logic_error's message ("" when nothing is thrown)
+        std::string message;
+        try {
+            run();
+        } catch (const std::logic_error& e) {
+            message = e.what();
+        }
+        tf::tape().clear();
+        return message;
+    };
     SECTION("the caller holds them") {
         Tensor logits = tf::affine(layer.x, layer.w, layer.b);
-        const std::vector<real> values = logits.to_vector();
         Tensor loss = tf::cross_entropy(logits, layer.target, -1, real(0.1), nullptr, true);
-        tf::backward(loss);
-        CHECK(logits.to_vector() == values);
+        CHECK_THAT(broken([&] { tf::backward(loss); }), Catch::Contains("consume_logits") && Catch::Contains("holds"));
     }
-    SECTION("another op uses them") {
+    SECTION("another op read them after the loss") {
         Tensor logits = tf::affine(layer.x, layer.w, layer.b);
-        const std::vector<real> values = logits.to_vector();
         Tensor loss = tf::add(tf::cross_entropy(logits, layer.target, -1, real(0.1), nullptr, true), tf::sum_all(logits));
         logits = Tensor();  // only the tape holds them: affine's output, cross_entropy's and sum_all's input
-        tf::backward(loss, /*keep_tape=*/true);
-        CHECK(tf::tape().records().front().out.to_vector() == values);
-        tf::tape().clear();
+        CHECK_THAT(broken([&] { tf::backward(loss); }), Catch::Contains("consume_logits"));
+    }
+    SECTION("backward seeded with another value") {
+        Tensor loss = tf::cross_entropy(tf::affine(layer.x, layer.w, layer.b), layer.target, -1, real(0.1), nullptr, true,
+                                        real(0.5));
+        CHECK_THAT(broken([&] { tf::backward(loss, std::vector<real>{real(0.25)}); }), Catch::Contains("seed"));
     }
     SECTION("they are a leaf, not an op's output") {
         Tensor logits = Tensor::full({2, 3}, real(0.5));
@@ -628,7 +643,8 @@ TEST_CASE("ops: cross_entropy with consume_logits leaves logits alone that anyth
         Tensor loss = tf::cross_entropy(logits, {0, 2}, -1, real(0), nullptr, true);
         tf::backward(loss);
         CHECK(logits.to_vector() == std::vector<real>(6, real(0.5)));
-        CHECK(logits.grad_vector().size() == 6);
+        // p = 1/3 each: (p − [j = t]) / 2 over the two rows
+        check_close(logits.grad_vector(), {-1.0 / 3, 1.0 / 6, 1.0 / 6, 1.0 / 6, 1.0 / 6, -1.0 / 3});
     }
 }
 

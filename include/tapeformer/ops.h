@@ -179,11 +179,16 @@ struct CrossEntropyStats {
 // with mean reduction:  loss = 1/n Σ_i [(1−ε)(−log p_i,t_i) + ε/V Σ_j (−log p_i,j)] over the n positions
 // whose target is not ignore_index (0 when n = 0). logits: (N, V), target: N ids. Fused: the softmax is
 // never stored; backward recomputes it from the saved log-sum-exp of each row.
-// `consume_logits`: the caller promises that nothing reads the logits' values once this loss's backward has
-// run, not even the backward of the op that made them (true of a linear layer's); then backward writes the
-// gradient over the logits (Tensor::grad_over_value) instead of into a buffer of its own, where the storage
-// allows it. In training that is one (N, V) buffer less at the step's peak of memory.
+// `consume_logits`: the caller promises that nothing reads the logits' values once this call has returned,
+// not even the backward of the op that made them (true of a linear layer's), and that backward will be
+// seeded with `seed` (∂total/∂loss). Then the gradient is computed here, in the pass that has each row in
+// cache, and written over the logits; backward only hands that buffer over as their gradient
+// (Tensor::grad_over_value): one pass over the (N, V) logits less, and one (N, V) buffer less at the step's
+// peak of memory. The gradient's bits are those backward computes from the seed. A promise found broken in
+// backward (another holder of the logits, another op's gradient for them, another seed) throws
+// std::logic_error: the values are gone by then. A leaf's logits are never written over.
 Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t ignore_index,
-                     real label_smoothing, CrossEntropyStats* stats = nullptr, bool consume_logits = false);
+                     real label_smoothing, CrossEntropyStats* stats = nullptr, bool consume_logits = false,
+                     real seed = 1);
 
 TF_NAMESPACE_END

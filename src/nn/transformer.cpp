@@ -580,11 +580,11 @@ std::vector<std::pair<std::string, MultiHeadAttention*>> Transformer::attentions
 }
 
 Tensor sequence_loss(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t pad,
-                     real label_smoothing, LossReport* report, bool consume_logits) {
+                     real label_smoothing, LossReport* report, bool consume_logits, real seed) {
     const std::int64_t V = logits.size(-1);
     CrossEntropyStats stats;
-    Tensor loss = cross_entropy(logits.reshape({-1, V}), target, pad, label_smoothing, &stats,
-                                consume_logits);  // (B·T, V) -> ()
+    Tensor loss = cross_entropy(logits.reshape({-1, V}), target, pad, label_smoothing, &stats, consume_logits,
+                                seed);  // (B·T, V) -> ()
     if (report) {
         report->loss = loss.item();
         report->tokens = stats.count;

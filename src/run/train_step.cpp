@@ -229,11 +229,11 @@ StepResult train_step(const StepParts& parts, const std::vector<StepBatch>& micr
         pass.fuse_attention = s.fuse_attention;
         pass.observer = k == 0 ? s.observer : nullptr;
         Tensor logits = parts.model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
-        // Nothing reads the logits after the loss's backward, so its gradient may take their memory; not with
-        // check_nan, which keeps the tape to look at every value.
+        // Nothing reads the logits after the loss, so its gradient, computed with the loss, may take their memory;
+        // not with check_nan, which keeps the tape to look at every value.
         LossReport report;
         Tensor loss = sequence_loss(logits, b.target, parts.model.config.pad_id, real(s.label_smoothing), &report,
-                                    /*consume_logits=*/!s.check_nan);  // () mean over this micro-batch's tokens
+                                    /*consume_logits=*/!s.check_nan, seed);  // () mean over this micro-batch's tokens
         logits = Tensor();
         if (!std::isfinite(report.loss)) {
             const std::string where = s.check_nan ? first_nonfinite_op() : "";

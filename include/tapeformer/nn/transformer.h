@@ -254,8 +254,9 @@ struct LossReport {
 };
 
 // Label-smoothed cross-entropy of logits (B, T, V) against target (B, T), pad positions ignored.
-// `consume_logits`: see cross_entropy (training passes the model's logits and nothing reads them after).
+// `consume_logits` and `seed`: see cross_entropy (training passes the model's logits, nothing reads them after,
+// and it knows the seed of its backward).
 Tensor sequence_loss(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t pad,
-                     real label_smoothing, LossReport* report = nullptr, bool consume_logits = false);
+                     real label_smoothing, LossReport* report = nullptr, bool consume_logits = false, real seed = 1);
 
 TF_NAMESPACE_END
