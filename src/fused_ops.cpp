@@ -165,6 +165,19 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
 // matmul, merge_heads; "determinism: a model's loss and every gradient give the same bits on any thread
 // count" (tests/test_determinism.cpp) compares a model's loss and gradients both ways, bit for bit.
 
+namespace {
+// True when column ranges [at, at + C) for each `at` tile [0, W) exactly: no gap, no overlap.
+bool covers(std::int64_t W, std::vector<std::int64_t> at, std::int64_t C) {
+    std::sort(at.begin(), at.end());
+    std::int64_t next = 0;
+    for (std::int64_t a : at) {
+        if (a != next) return false;
+        next = a + C;
+    }
+    return next == W;
+}
+}  // namespace
+
 Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
                        std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training) {
     const char* op = "attention_heads";
@@ -229,9 +242,20 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
     return record(op, out, std::move(inputs),
                   [=](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();  // (B, Tq, C)
-        // The heads' gradients go to disjoint columns of the inputs' gradients, added to what is there.
-        real* dxq = in[0].requires_grad() ? in[0].grad() : nullptr;
-        real* dxkv = self ? dxq : (in[1].requires_grad() ? in[1].grad() : nullptr);
+        // The heads' gradients go to disjoint columns of the inputs' gradients: each value receives one
+        // product's result. Added to what is there, or written (β = 0) where a gradient not yet written is
+        // covered whole by the heads' columns, so that it is never zeroed first.
+        auto target = [](Tensor& t, bool covered) {
+            if (!covered) return GradTarget{t.grad(), false};
+            return t.grad_target();
+        };
+        const bool q_whole = self ? covers(Wq, {q_at, k_at, v_at}, C) : covers(Wq, {q_at}, C);
+        const bool kv_whole = covers(Wkv, {k_at, v_at}, C);
+        const GradTarget none{nullptr, false};
+        const GradTarget gq = in[0].requires_grad() ? target(in[0], q_whole) : none;
+        const GradTarget gkv = self ? gq : (in[1].requires_grad() ? target(in[1], kv_whole) : none);
+        real *dxq = gq.data, *dxkv = gkv.data;
+        const real beta_q = gq.beta(), beta_kv = gkv.beta();
         const real* P_all = weights.data();
 #pragma omp parallel for schedule(static) if (work >= kParallelGrain)
         for (std::int64_t i = 0; i < B * H; ++i) {
@@ -247,13 +271,13 @@ Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, s
                 A = pd.data();
             }
             gemm(false, true, Tq, Tk, D, 1, dC, C, pkv + at.v, Wkv, 0, dp.data(), Tk);  // dPd = dC Vᵀ (Tq, Tk)
-            if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, 1, dxkv + at.v, Wkv);  // dV += Pdᵀ dC
+            if (dxkv) gemm(true, false, Tk, D, Tq, 1, A, Tk, dC, C, beta_kv, dxkv + at.v, Wkv);  // dV += Pdᵀ dC
             if (drop) draws.apply_n(i * Tq * Tk, Tq * Tk, dp.data(), dp.data());  // dP
             for (std::int64_t t = 0; t < Tq; ++t)  // dS, over dP
                 softmax_backward_row(dp.data() + t * Tk, P + t * Tk, Tk, pd.data() + t * Tk, true);
             const real* dS = pd.data();
-            if (dxq) gemm(false, false, Tq, D, Tk, scale, dS, Tk, pkv + at.k, Wkv, 1, dxq + at.q, Wq);  // dQ += s·dS K
-            if (dxkv) gemm(true, false, Tk, D, Tq, scale, dS, Tk, pq + at.q, Wq, 1, dxkv + at.k, Wkv);  // dK += s·dSᵀ Q
+            if (dxq) gemm(false, false, Tq, D, Tk, scale, dS, Tk, pkv + at.k, Wkv, beta_q, dxq + at.q, Wq);  // dQ += s·dS K
+            if (dxkv) gemm(true, false, Tk, D, Tq, scale, dS, Tk, pq + at.q, Wq, beta_kv, dxkv + at.k, Wkv);  // dK += s·dSᵀ Q
         }
     });
 }

@@ -175,7 +175,9 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
     // Each configuration exercises other ops' backward: tied tables (a gradient written by the output
     // projection, then added to by the embedding), an output bias, pre-norm, GELU, padded rows that the
     // loss ignores, dropout. Two steps with zero_grad between them: the second one overwrites stale buffers.
-    for (const int variant : {0, 1}) {
+    // Variant 2 runs as training does: attention as the fused op (which writes the gradients of the
+    // projections its heads cover whole) and the loss's gradient computed in its forward over the logits.
+    for (const int variant : {0, 1, 2}) {
         tf::ModelConfig config;
         config.src_vocab = config.tgt_vocab = 300;
         config.d_model = 32;
@@ -198,6 +200,7 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
             tf::Rng data(3), dropout(5);
             tf::Pass pass;
             pass.dropout_rng = &dropout;
+            pass.fuse_attention = variant == 2;
             std::vector<std::vector<real>> out;
             for (int step = 0; step < 2; ++step) {
                 std::vector<std::int32_t> src(B * S), dec_in(B * T), target(B * T);
@@ -210,7 +213,8 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
                     }
                 for (auto& p : model.parameters()) p.tensor.zero_grad();
                 Tensor logits = model.forward(src, B, S, dec_in, T, pass);
-                Tensor loss = tf::sequence_loss(logits, target, 0, real(0.1));
+                Tensor loss = tf::sequence_loss(logits, target, 0, real(0.1), nullptr, /*consume_logits=*/variant == 2);
+                logits = Tensor();
                 tf::backward(loss);
                 out.push_back(loss.to_vector());
                 for (const auto& p : model.parameters()) out.push_back(p.tensor.grad_vector());
