@@ -67,18 +67,25 @@ namespace {
 ProductTimer* g_timer = nullptr;  // the one that lives, if any
 thread_local bool t_in_product = false;
 
-// Adds the wall time of the product it spans to g_timer, unless a product or a parallel region encloses it.
+// Adds the wall time of the product it spans to g_timer, unless a product encloses it; inside a parallel
+// region, that time over the team's size (ProductTimer).
 class TimedProduct {
 public:
-    TimedProduct() : on_(g_timer && !t_in_product && !omp_in_parallel()) {
+    TimedProduct() : on_(g_timer && !t_in_product) {
         if (!on_) return;
         t_in_product = true;
         start_ = std::chrono::steady_clock::now();
     }
     ~TimedProduct() {
         if (!on_) return;
-        g_timer->ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-        ++g_timer->calls;
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count() / omp_get_num_threads();
+        double& total = g_timer->ms;
+        std::int64_t& calls = g_timer->calls;
+#pragma omp atomic
+        total += ms;
+#pragma omp atomic
+        ++calls;
         t_in_product = false;
     }
     TimedProduct(const TimedProduct&) = delete;

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
 #include "tapeformer/blas.h"
 #include "tapeformer/reference_ops.h"
 #include "tapeformer/gradcheck.h"
@@ -256,4 +258,21 @@ TEST_CASE("ProductTimer: sums the products' wall time, a batch once, one timer a
     }
     tf::ProductTimer again;  // the first one is gone
     CHECK(again.calls == 0);
+}
+
+TEST_CASE("ProductTimer: products inside a parallel region count, each its time over the team's size", "[matmul]") {
+    // attention_heads' per-head products run inside its parallel region over heads; at 2 threads and more, a
+    // step's profile left them out of the products before.
+    Tensor A = random({20, 20}, 1), B = random({20, 20}, 2);
+    tf::ProductTimer timer;
+    int team = 0;
+#pragma omp parallel num_threads(2)
+    {
+        std::vector<real> c(400);
+        tf::gemm(false, false, 20, 20, 20, 1, A.data(), 20, B.data(), 20, 0, c.data(), 20);
+#pragma omp single
+        team = omp_get_num_threads();
+    }
+    CHECK(timer.calls == team);
+    CHECK(timer.ms > 0);
 }

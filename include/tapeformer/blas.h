@@ -157,9 +157,10 @@ private:
 };
 
 // While one lives, the wall time of every product (gemm, gemm_batched, gemm_group — a group's jobs included)
-// called outside a parallel region is summed: `bench train --profile` sets the time a step spends in its
-// products against the rest. Products inside others or inside a parallel region (attention_heads') are not
-// counted apart; one lives at a time (a second one throws std::logic_error).
+// is summed: `bench train --profile` sets the time a step spends in its products against the rest. A product
+// inside a parallel region (attention_heads' per-head products) adds its time divided by the team's size: the
+// region's wall time in products when its threads are evenly loaded, an estimate otherwise. Products inside
+// others are not counted apart; one lives at a time (a second one throws std::logic_error).
 class ProductTimer {
 public:
     ProductTimer();
