@@ -1,4 +1,5 @@
-// Caching buffer pool: cached buffers by capacity and by age, bounded by the peak in use. See pool.h.
+// Caching buffer pool: cached buffers by capacity and by age; what it holds, in use and cached, bounded by the
+// peak in use and a sixteenth. See pool.h.
 #include "tapeformer/pool.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <map>
 #include <mutex>
 #include <new>
+
+#include <sys/mman.h>
 
 TF_NAMESPACE_BEGIN
 
@@ -22,7 +25,32 @@ struct Header {
     std::uint64_t freed_at;
 };
 Header& header_of(real* buffer) { return *reinterpret_cast<Header*>(reinterpret_cast<char*>(buffer) - kHeader); }
-void system_free(real* buffer) { std::free(reinterpret_cast<char*>(buffer) - kHeader); }
+std::size_t block_bytes(std::size_t capacity) {  // a multiple of 64, as aligned_alloc wants
+    return (kHeader + capacity * sizeof(real) + 63) / 64 * 64;
+}
+
+// Blocks of at least 1 MiB are mapped and unmapped here rather than taken from malloc: glibc serves a
+// block from its heap instead once the mmap threshold has risen past the block's size (it rises to the
+// size of each mapped block freed, up to 32 MiB), and memory freed inside the heap stays in the process
+// (bench/README.md: the large benchmark model's peak RSS). Under AddressSanitizer every block comes from
+// malloc, which it checks.
+#ifdef __SANITIZE_ADDRESS__
+constexpr std::size_t kMappedBlock = std::numeric_limits<std::size_t>::max();
+#else
+constexpr std::size_t kMappedBlock = std::size_t(1) << 20;
+#endif
+
+char* system_alloc(std::size_t bytes) {
+    if (bytes < kMappedBlock) return static_cast<char*>(std::aligned_alloc(64, bytes));
+    void* block = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return block == MAP_FAILED ? nullptr : static_cast<char*>(block);
+}
+void system_free(real* buffer) {
+    char* block = reinterpret_cast<char*>(buffer) - kHeader;
+    const std::size_t bytes = block_bytes(header_of(buffer).capacity);
+    if (bytes < kMappedBlock) std::free(block);
+    else munmap(block, bytes);
+}
 
 struct Pool {
     using BySize = std::multimap<std::size_t, real*>;
@@ -38,14 +66,24 @@ struct Pool {
         by_age.erase(header_of(it->second).freed_at);
         by_size.erase(it);
     }
+    // Before asking the system for `bytes` more: gives the least recently freed buffers back until what the
+    // pool holds, in use and cached, fits within the peak in use and a sixteenth (or the new peak, if this
+    // request makes one). Without the sixteenth, a training step gave back and asked again for 68 buffers
+    // every step, 6% of its time; with it, none (the benchmark's model; bench/README.md).
+    void make_room(std::size_t bytes) {
+        const std::size_t peak = stats.peak_bytes_in_use;
+        const std::size_t bound = std::max(peak + peak / 16, stats.bytes_in_use + bytes);
+        while (!by_age.empty() && stats.bytes_in_use + stats.bytes_cached + bytes > bound) give_back_oldest();
+    }
     // Gives the least recently freed buffers back until the cache is within the peak in use.
     void trim() {
-        while (stats.bytes_cached > stats.peak_bytes_in_use) {
-            const auto oldest = by_age.begin()->second;
-            real* victim = oldest->second;
-            uncache(oldest);
-            system_free(victim);
-        }
+        while (stats.bytes_cached > stats.peak_bytes_in_use) give_back_oldest();
+    }
+    void give_back_oldest() {  // the least recently freed cached buffer, to the system
+        const auto oldest = by_age.begin()->second;
+        real* victim = oldest->second;
+        uncache(oldest);
+        system_free(victim);
     }
 };
 
@@ -78,9 +116,8 @@ real* pool_alloc(std::size_t n) {
         out = it->second;
         p.uncache(it);
     } else {
-        // aligned_alloc wants a size that is a multiple of the alignment.
-        const std::size_t bytes = (kHeader + r * sizeof(real) + 63) / 64 * 64;
-        char* block = static_cast<char*>(std::aligned_alloc(64, bytes));
+        p.make_room(r * sizeof(real));
+        char* block = system_alloc(block_bytes(r));
         if (!block) throw std::bad_alloc();
         out = reinterpret_cast<real*>(block + kHeader);
         header_of(out).capacity = r;
@@ -93,7 +130,8 @@ real* pool_alloc(std::size_t n) {
 }
 
 // The cache holds at most the peak in use (what one step needs): beyond it, the least recently freed
-// buffers go back to the system (large blocks are unmapped, so the memory really is returned).
+// buffers go back to the system (large blocks are unmapped, so the memory really is returned). A request
+// the cache cannot serve first makes room (Pool::make_room).
 void pool_free(real* ptr) {
     if (!ptr) return;
     Pool& p = pool();

@@ -1,9 +1,12 @@
 // Tensor and Shape: extents, views, factories and the caching pool behind every buffer (tensor.h, pool.h).
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "tapeformer/pool.h"
 #include "tapeformer/tensor.h"
@@ -219,6 +222,31 @@ TEST_CASE("Pool: bytes in use follow live tensors", "[tensor]") {
     CHECK(tf::pool_stats().bytes_cached >= 1000 * sizeof(real));
 }
 
+// Resident memory of this process, from /proc/self/statm (its second field, in pages).
+static double resident_mib() {
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return double(resident) * double(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+TEST_CASE("Pool: a large buffer given back to the system leaves the process's resident memory", "[tensor]") {
+#ifdef __SANITIZE_ADDRESS__
+    WARN("not under AddressSanitizer, whose allocator serves every block and keeps freed ones in quarantine");
+    return;
+#endif
+    tf::pool_release_cached();
+    double with = 0;
+    {
+        const Tensor big = Tensor::full({8 << 20}, real(1));  // 32 MiB (64 in the float64 build), every page written
+        with = resident_mib();
+    }
+    tf::pool_release_cached();
+    const double without = resident_mib();
+    INFO("resident " << with << " MiB with the buffer, " << without << " MiB after");
+    CHECK(with - without > 30);
+}
+
 TEST_CASE("Pool: a request takes a cached buffer up to twice its size", "[tensor]") {
     tf::pool_release_cached();
     { Tensor big = Tensor::zeros({100000}); }
@@ -232,9 +260,12 @@ TEST_CASE("Pool: a request takes a cached buffer up to twice its size", "[tensor
     CHECK(tf::pool_stats().system_allocations == n_before + 1);
 }
 
-TEST_CASE("Pool: buffers of ever new sizes do not pile up: the cache holds at most the peak in use", "[tensor]") {
+TEST_CASE("Pool: buffers of ever new sizes do not pile up: what it holds stays within the peak in use and "
+          "a sixteenth",
+          "[tensor]") {
     // Each size is 5% above the last: no cached buffer fits, every one comes from the system. Kept
-    // without a bound, the cache would hold the sum of all of them, about 21 times the largest.
+    // without a bound, the cache would hold the sum of all of them, about 21 times the largest; bounded
+    // by the peak alone, the cache and the new buffer together would hold about twice the peak.
     tf::pool_release_cached();
     tf::pool_reset_peak();
     double n = 20000;
@@ -242,6 +273,7 @@ TEST_CASE("Pool: buffers of ever new sizes do not pile up: the cache holds at mo
         Tensor t = Tensor::zeros({static_cast<std::int64_t>(n)});
         const tf::PoolStats s = tf::pool_stats();
         CHECK(s.bytes_cached <= s.peak_bytes_in_use);
+        CHECK(s.bytes_in_use + s.bytes_cached <= s.peak_bytes_in_use + s.peak_bytes_in_use / 16);
     }
     const tf::PoolStats s = tf::pool_stats();
     CHECK(s.bytes_cached <= s.peak_bytes_in_use);

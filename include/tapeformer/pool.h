@@ -1,8 +1,9 @@
 // A caching allocator for tensor buffers. Freed buffers are kept by size and handed out again, so the
 // second and later training steps allocate (almost) nothing from the system. Sizes are rounded up to at
 // most 1/8 more, and a request takes the smallest cached buffer up to twice its size, so batches of
-// different lengths share buffers; the cache holds at most the peak in use, the rest goes back to the
-// system.
+// different lengths share buffers. What the pool holds, in use and cached, stays within the peak in use
+// and a sixteenth: a request the cache cannot serve first gives the least recently freed buffers back to
+// the system.
 #pragma once
 #include <cstddef>
 
