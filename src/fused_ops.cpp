@@ -1,7 +1,7 @@
 // The fused kernels: each computes what a composition of ops.cpp's primitives computes, bit for bit, in one
 // op with a backward of its own, because it pays off in time or memory (a linear layer, a post-norm
-// sublayer's add and norm, the FFN's relu and dropout, attention over heads read in place, heads cut out of
-// a fused projection). Above each, "composed:" names the composition it equals and the test that holds it
+// sublayer's add and norm, the FFN's relu and dropout, alone or with its first layer, attention over heads
+// read in place, heads cut out of a fused projection). Above each, "composed:" names the composition it equals and the test that holds it
 // to that, where one does; every one is also gradient-checked alone (src/gradcheck_suite/primitive_ops.cpp).
 // In reference mode (reference_ops.h) each checks its arguments, then runs that composition instead
 // (reference_ops.cpp).
@@ -26,48 +26,75 @@ TF_NAMESPACE_BEGIN
 // kernel, or the product onto rows that start as the bias): "reference ops: a linear layer and attention over
 // heads equal the fast fused ops" (tests/test_reference_ops.cpp), within float rounding.
 
-Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    require_defined("affine", x, "input");
-    require_defined("affine", weight, "weight");
+namespace {
+
+struct AffineSizes {
+    std::int64_t N, in_f, out_f;  // rows of x, and the weight's (out, in)
+    Shape out_shape;              // x's shape with its last axis out
+};
+
+// affine's argument checks, shared with affine_relu_dropout (named `op` in the message).
+AffineSizes check_affine(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    require_defined(op, x, "input");
+    require_defined(op, weight, "weight");
     const std::string shapes = x.shape().str() + " with weight " + weight.shape().str() +
                                (bias.defined() ? " and bias " + bias.shape().str() : "");
     if (x.rank() < 1 || weight.rank() != 2 || x.shape().last() != weight.size(1))
-        fail("affine", "needs x (..., in) and weight (out, in): got " + shapes);
-    const std::int64_t N = x.shape().leading(), in_f = weight.size(1), out_f = weight.size(0);
-    if (bias.defined() && bias.shape() != Shape{out_f}) fail("affine", "bias must be (out): got " + shapes);
-    if (reference_mode()) return reference::affine(x, weight, bias);  // matmul, then + b
+        fail(op, "needs x (..., in) and weight (out, in): got " + shapes);
+    const std::int64_t out_f = weight.size(0);
+    if (bias.defined() && bias.shape() != Shape{out_f}) fail(op, "bias must be (out): got " + shapes);
     Shape out_shape = x.shape();
     out_shape[-1] = out_f;
-    Tensor y = Tensor::empty(out_shape);  // (..., out)
-    // (N, in) @ (out, in)ᵀ -> (N, out), added onto the bias rows or written
-    gemm_group({GemmCall{false, true, N, out_f, in_f, 1, x.data(), in_f, weight.data(), in_f, 0, y.data(), out_f, 1, 0, 0, 0,
-                         bias.defined() ? bias.data() : nullptr}});
-    if (!needs_grad({&x, &weight, &bias})) return y;
+    return {x.shape().leading(), weight.size(1), out_f, out_shape};
+}
+
+// y (N, out) = x (N, in) @ W (out, in)ᵀ, added onto the bias rows or written.
+void affine_forward(const AffineSizes& s, const Tensor& x, const Tensor& weight, const Tensor& bias, real* y) {
+    gemm_group({GemmCall{false, true, s.N, s.out_f, s.in_f, 1, x.data(), s.in_f, weight.data(), s.in_f, 0, y, s.out_f, 1, 0,
+                         0, 0, bias.defined() ? bias.data() : nullptr}});
+}
+
+// The gradients of in = {x, W[, b]} from the output's gradient dy (N, out). The three are independent: one
+// parallel region computes them together (gemm_group).
+void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& in) {
+    const std::int64_t N = s.N, in_f = s.in_f, out_f = s.out_f;
+    GemmCall dx_call, dW_call;  // M = 0: not needed
+    if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
+        const GradTarget dx = in[0].grad_target();
+        dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
+    }
+    if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
+        const GradTarget dW = in[1].grad_target();
+        dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
+    }
+    GradTarget db{nullptr, false};
+    if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
+    // db (out) += column sums of dy, by blocks of columns
+    auto db_block = [&](std::int64_t blk) {
+        sum_column_block(N, out_f, blk, db, [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
+    };
+    const std::int64_t db_blocks = db.data ? column_blocks(out_f) : 0;
+    if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_blocks, db_block);
+    gemm_group({dx_call});  // x is (a view of) the weight: its two gradients are one buffer, added in turn
+    gemm_group({dW_call}, db_blocks, db_block);
+}
+
+std::vector<Tensor> affine_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     std::vector<Tensor> inputs{x, weight};
     if (bias.defined()) inputs.push_back(bias);
-    return record("affine", y, std::move(inputs), [N, in_f, out_f](Tensor& y, std::vector<Tensor>& in) {
-        const real* dy = y.grad();  // (N, out)
-        // The three are independent: one parallel region computes them together (gemm_group).
-        GemmCall dx_call, dW_call;  // M = 0: not needed
-        if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
-            const GradTarget dx = in[0].grad_target();
-            dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
-        }
-        if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
-            const GradTarget dW = in[1].grad_target();
-            dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
-        }
-        GradTarget db{nullptr, false};
-        if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
-        // db (out) += column sums of dy, by blocks of columns
-        auto db_block = [&](std::int64_t blk) {
-            sum_column_block(N, out_f, blk, db, [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
-        };
-        const std::int64_t db_blocks = db.data ? column_blocks(out_f) : 0;
-        if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_blocks, db_block);
-        gemm_group({dx_call});  // x is (a view of) the weight: its two gradients are one buffer, added in turn
-        gemm_group({dW_call}, db_blocks, db_block);
-    });
+    return inputs;
+}
+
+}  // namespace
+
+Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    const AffineSizes s = check_affine("affine", x, weight, bias);
+    if (reference_mode()) return reference::affine(x, weight, bias);  // matmul, then + b
+    Tensor y = Tensor::empty(s.out_shape);  // (..., out)
+    affine_forward(s, x, weight, bias, y.data());
+    if (!needs_grad({&x, &weight, &bias})) return y;
+    return record("affine", y, affine_inputs(x, weight, bias),
+                  [s](Tensor& y, std::vector<Tensor>& in) { affine_backward(s, y.grad(), in); });
 }
 
 // ---- slice_heads -----------------------------------------------------------------------------------------
@@ -130,6 +157,26 @@ Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, R
 }
 
 // ---- relu_dropout ----------------------------------------------------------------------------------------------
+namespace {
+// y = dropout(relu(x)) over n values (y may be x): dropout, then ReLU, in chunks that stay in L1. The bits of
+// relu, then dropout, since 1/(1−p) > 0 keeps each value's sign (−0 and NaN end as +0 either way).
+void relu_dropout_values(const DropoutDraws& draws, std::int64_t n, const real* x, real* y) {
+    constexpr std::int64_t kChunk = 4096;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
+        const std::int64_t m = std::min(kChunk, n - c0);
+        real* yc = y + c0;
+        draws.apply_n(c0, m, x + c0, yc);
+        for (std::int64_t j = 0; j < m; ++j) yc[j] = yc[j] > 0 ? yc[j] : real(0);
+    }
+}
+
+// relu_dropout's backward: the gradient passes (× 1/(1−p)) exactly where the output y is positive.
+void relu_dropout_backward(real keep_scale, std::int64_t n, const real* y, const real* dy, const GradTarget& dx) {
+    write_or_add(dx, n, [=](std::int64_t i) { return y[i] > 0 ? dy[i] * keep_scale : real(0); });
+}
+}  // namespace
+
 // One op for what the feed-forward network does between its two linear layers. The output is positive
 // exactly where x > 0 and the value survived, which is also exactly where the gradient passes (× 1/(1−p)):
 // backward needs neither the mask nor relu(x), so the (B, T, F) tensor between the two ops is never made.
@@ -141,16 +188,37 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
     if (reference_mode()) return reference::relu_dropout(a, p, rng, training);  // relu, then dropout
     const DropoutDraws draws(rng, a.numel(), p);
     Tensor out = Tensor::empty(a.shape());
-    const real* x = a.data();
-    real* y = out.data();
-    const std::int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = draws.apply(i, x[i] > 0 ? x[i] : real(0));
+    relu_dropout_values(draws, a.numel(), a.data(), out.data());
     if (!needs_grad({&a})) return out;
     const real keep_scale = draws.keep_scale;
     return record("relu_dropout", out, {a}, [keep_scale](Tensor& y, std::vector<Tensor>& in) {
-        const real *g = y.grad(), *v = y.data();
-        write_or_add(in[0].grad_target(), y.numel(), [=](std::int64_t i) { return v[i] > 0 ? g[i] * keep_scale : real(0); });
+        relu_dropout_backward(keep_scale, y.numel(), y.data(), y.grad(), in[0].grad_target());
+    });
+}
+
+// ---- affine_relu_dropout: a feed-forward network's first layer and its activation -----------------------------
+// dropout(relu(x Wᵀ + b)) with the product written straight into the output and ReLU and dropout applied there
+// in place: the pre-activation (N, F), which neither relu_dropout's backward nor affine's needs, is never kept
+// (12 of them are 75 MB at the end of the large benchmark model's forward). Backward: the pre-activation's
+// gradient into a buffer of its own, then affine's backward from it.
+// composed: relu_dropout(affine(x, W, b), p): the same bits and draws ("ops: relu_dropout and
+// add_dropout_layer_norm give the numbers of the ops they fuse ...", tests/test_ops.cpp).
+Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, Rng& rng, bool training) {
+    const char* op = "affine_relu_dropout";
+    const AffineSizes s = check_affine(op, x, weight, bias);
+    check_dropout_probability(op, p);
+    if (!training || p == 0) return relu(affine(x, weight, bias));
+    if (reference_mode()) return reference::affine_relu_dropout(x, weight, bias, p, rng, training);
+    Tensor y = Tensor::empty(s.out_shape);  // (..., F)
+    affine_forward(s, x, weight, bias, y.data());
+    const DropoutDraws draws(rng, y.numel(), p);
+    relu_dropout_values(draws, y.numel(), y.data(), y.data());
+    if (!needs_grad({&x, &weight, &bias})) return y;
+    const real keep_scale = draws.keep_scale;
+    return record(op, y, affine_inputs(x, weight, bias), [s, keep_scale](Tensor& y, std::vector<Tensor>& in) {
+        Tensor da = Tensor::empty(Shape{s.N, s.out_f});  // the pre-activation's gradient
+        relu_dropout_backward(keep_scale, da.numel(), y.data(), y.grad(), GradTarget{da.data(), true});
+        affine_backward(s, da.data(), in);
     });
 }
 

@@ -508,12 +508,7 @@ const real* residual_sum_row(std::int64_t n, std::int64_t C, const real* px, con
     px += n * C;
     pr += n * C;
     if (drop) {
-        for (std::int64_t c = 0; c < C; ++c) {
-            const bool keep = drop->keeps(n * C + c);
-            if (kept) kept[c] = keep;
-            const real scaled = pr[c] * drop->keep_scale;  // read whatever the flag: a select, not a masked load
-            vr[c] = keep ? scaled : real(0);
-        }
+        drop->apply_n(n * C, C, pr, vr, kept);
         asm volatile("" ::: "memory");
         for (std::int64_t c = 0; c < C; ++c) vr[c] = px[c] + vr[c];
     } else {
@@ -816,12 +811,12 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
             continue;
         }
         const real mx = lane_max(xr, V);
-        const double total = lane_sum(V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); });
-        const double row_sum = lane_sum(V, [&](std::int64_t j) { return xr[j]; });
-        const double lse_i = double(mx) + std::log(total);
+        real total, row_sum;  // Σ_j e^(x_ij − max), Σ_j x_ij
+        lane_sum2(V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); }, [&](std::int64_t j) { return xr[j]; }, total, row_sum);
+        const double lse_i = double(mx) + std::log(double(total));
         l[i] = real(lse_i);
         const double nll = lse_i - xr[target[i]];           // −log p_t
-        const double smooth = lse_i - row_sum / double(V);  // (1/V) Σ_j −log p_j
+        const double smooth = lse_i - double(row_sum) / double(V);  // (1/V) Σ_j −log p_j
         row_nll[i] = nll;
         row_loss[i] = (1.0 - eps) * nll + eps * smooth;
         if (grad_now) gradient_row(g_now, l[i], target[i], xr, xr, true);

@@ -347,6 +347,11 @@ Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, R
 // dropout(relu(a)): the feed-forward network's activation.
 Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) { return dropout(relu(a), p, rng, training); }
 
+// The feed-forward network's first layer and its activation: relu_dropout(affine(x, W, b)).
+Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, Rng& rng, bool training) {
+    return reference::relu_dropout(reference::affine(x, weight, bias), p, rng, training);  // (..., F)
+}
+
 // Scaled dot-product attention over H heads (Vaswani et al. 2017, eq. 1), per head:
 //   Attention(Q, K, V) = dropout(softmax(Q Kᵀ / √D + mask)) V
 // Q: columns [q_at, q_at + H·D) of xq (B, Tq, Wq); K, V: columns [k_at, ...) and [v_at, ...) of xkv (B, Tk, Wkv).

@@ -735,6 +735,27 @@ TEST_CASE("ops: relu_dropout and add_dropout_layer_norm give the numbers of the 
         const auto zeros = std::count(y.begin(), y.end(), real(0));
         CHECK(zeros > 0.55 * double(y.size()));  // about half negative, then 30% of the rest dropped
     }
+    SECTION("affine_relu_dropout") {
+        // x (8, 64, 96) Wᵀ (96, 260) + b: the output has the shape above
+        const std::vector<Tensor> in{tf::random_tensor({8, 64, 96}, 3, -1, 1, false),
+                                     tf::random_tensor({260, 96}, 4, -0.2f, 0.2f, false),
+                                     tf::random_tensor({260}, 5, -0.5f, 0.5f, false)};
+        tf::Rng a(11, 5), b(11, 5);
+        const auto fused = grads_of(in, [&](auto& x, tf::Rng& r) { return tf::affine_relu_dropout(x[0], x[1], x[2], p, r); }, a);
+        const auto split = grads_of(in, [&](auto& x, tf::Rng& r) {
+            return tf::relu_dropout(tf::affine(x[0], x[1], x[2]), p, r);
+        }, b);
+        REQUIRE(fused.size() == 4);
+        for (std::size_t k = 0; k < fused.size(); ++k) {
+            INFO("output 0, gradients of x, W, b: " << k);
+            CHECK(fused[k] == split[k]);
+        }
+        CHECK(a.offset == b.offset);
+        const auto& y = fused[0];
+        const auto zeros = std::count(y.begin(), y.end(), real(0));
+        CHECK(zeros > 0.55 * double(y.size()));
+        CHECK(zeros < 0.8 * double(y.size()));
+    }
     SECTION("add_dropout_layer_norm") {
         tf::Rng a(11, 5), b(11, 5);
         const auto fused = grads_of({random(1), random(2)}, [&](auto& x, tf::Rng& r) {

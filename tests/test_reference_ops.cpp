@@ -342,8 +342,10 @@ TEST_CASE("reference ops: reference mode takes the fast paths out of a model's s
     CHECK(fast.products > 0);
     CHECK(fast.ops.count("affine") == 1);
     CHECK(fast.ops.count("attention_heads") == 1);
+    CHECK(fast.ops.count("affine_relu_dropout") == 1);  // the feed-forward networks' first layers
     CHECK(ref.products == 0);
-    for (const char* fused : {"affine", "attention_heads", "slice_heads", "add_layer_norm", "add_dropout_layer_norm", "relu_dropout"}) {
+    for (const char* fused : {"affine", "attention_heads", "slice_heads", "add_layer_norm", "add_dropout_layer_norm", "relu_dropout",
+                              "affine_relu_dropout"}) {
         INFO(fused);
         CHECK(ref.ops.count(fused) == 0);
     }

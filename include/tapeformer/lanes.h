@@ -60,6 +60,28 @@ real lane_sum(std::int64_t n, F f) {  // Σ_j f(j) for j in [0, n)
     return total;
 }
 
+// Σ_j f(j) and Σ_j g(j) in one pass over the row: each sum's bits are lane_sum's.
+template <class F, class G>
+void lane_sum2(std::int64_t n, F f, G g, real& f_total, real& g_total) {
+    real fpart[kLanes] = {}, gpart[kLanes] = {};
+    std::int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+        for (std::int64_t l = 0; l < kLanes; ++l) {
+            fpart[l] += f(j + l);
+            gpart[l] += g(j + l);
+        }
+    f_total = 0;
+    g_total = 0;
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+        f_total += fpart[l];
+        g_total += gpart[l];
+    }
+    for (; j < n; ++j) {
+        f_total += f(j);
+        g_total += g(j);
+    }
+}
+
 inline real lane_max(const real* x, std::int64_t n) {  // max_j x[j]; −∞ for n = 0
     real part[kLanes];
     std::fill(part, part + kLanes, -std::numeric_limits<real>::infinity());

@@ -1,6 +1,6 @@
 // The primitive differentiable ops. Each computes its output and, when an input requires grad and the tape is
 // recording, records a backward closure next to the forward code: src/ops.cpp, one section per op; the fused
-// kernels (affine, slice_heads, add_*layer_norm, relu_dropout, attention_heads) in fused_ops.cpp, the L0 gates
+// kernels (affine, slice_heads, add_*layer_norm, relu_dropout, affine_relu_dropout, attention_heads) in fused_ops.cpp, the L0 gates
 // in study_ops.cpp, linear attention's φ and prefix sum in linear_attention_ops.cpp. Everything higher (attention, feed-forward, the model) is composed and has no backward.
 //
 // Shapes use fixed letters: B batch, S source length, T target length, C model width, H heads,
@@ -118,6 +118,11 @@ Tensor dropout(const Tensor& a, real p, Rng& rng, bool training = true);
 // dropout(relu(a), p) in one op: the same numbers and draws as the two ops, one tensor fewer kept for
 // backward (the feed-forward network's activation). relu(a) when p == 0 or training is false.
 Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training = true);
+// relu_dropout(affine(x, weight, bias), p) in one op: the same numbers and draws, and the pre-activation
+// x Wᵀ + b is never kept (the feed-forward network's first layer). relu(affine(...)) when p == 0 or training
+// is false.
+Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, Rng& rng,
+                           bool training = true);
 
 // ---- attention ------------------------------------------------------------------------------------------
 // Scaled dot-product attention over H heads of D values, read in place: the same numbers and draws as

@@ -65,6 +65,8 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gam
 Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, Rng& rng, const Tensor& gamma,
                               const Tensor& beta, real eps = real(1e-5), bool training = true);
 Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training = true);
+Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, Rng& rng,
+                           bool training = true);
 Tensor attention_heads(const Tensor& xq, std::int64_t q_at, const Tensor& xkv, std::int64_t k_at, std::int64_t v_at,
                        std::int64_t H, std::int64_t D, const Tensor& mask, real p, Rng& rng, bool training = true);
 

@@ -220,6 +220,10 @@ void check_dropout(OpChecks& c) {
     c.check("dropout p=0.3", [](auto& x) { Rng rng(7); return dropout(x[0], real(0.3), rng); }, {c.rnd({4, 6})});
     // ReLU and dropout in one op (the same random inputs as relu's check above).
     c.check("relu_dropout p=0.3", [](auto& x) { Rng rng(7); return relu_dropout(x[0], real(0.3), rng); }, {c.rnd({4, 6})});
+    // And with the feed-forward network's first layer before them (the pre-activation is not kept).
+    c.check("affine_relu_dropout p=0.3",
+            [](auto& x) { Rng rng(7); return affine_relu_dropout(x[0], x[1], x[2], real(0.3), rng); },
+            {c.rnd({2, 3, 4}), c.rnd({6, 4}), c.rnd({6})});
 }
 
 // The Hard-Concrete gate of L0 pruning: samples (a fresh Rng with the same seed on every call, so the noise

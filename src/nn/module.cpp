@@ -60,9 +60,9 @@ Tensor dropout(const Tensor& x, real p, const Pass& pass) {
     return dropout(x, p, *pass.dropout_rng, true);
 }
 
-Tensor relu_dropout(const Tensor& x, real p, const Pass& pass) {
-    if (!pass.training() || p == 0) return relu(x);
-    return relu_dropout(x, p, *pass.dropout_rng, true);
+Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, const Pass& pass) {
+    if (!pass.training() || p == 0) return relu(affine(x, weight, bias));
+    return affine_relu_dropout(x, weight, bias, p, *pass.dropout_rng, true);
 }
 
 Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, const Pass& pass, const Tensor& gamma,

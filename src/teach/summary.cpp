@@ -24,7 +24,8 @@ namespace {
 // Multiply-adds of one tape record's matrix product; 0 for every other op.
 std::int64_t product_mult_adds(const TapeRecord& r) {
     const std::string op = r.op;
-    if (op == "affine") return r.out.numel() * r.in[1].size(1);  // x (..., in) @ W (out, in)ᵀ: in per output value
+    if (op == "affine" || op == "affine_relu_dropout")  // x (..., in) @ W (out, in)ᵀ: in per output value
+        return r.out.numel() * r.in[1].size(1);
     if (op == "matmul") {  // (..., M, K) @ (..., K, N) -> (..., M, N), either operand possibly transposed
         const Tensor& a = r.in[0];
         return r.out.numel() * (a.size(-2) == r.out.size(-2) ? a.size(-1) : a.size(-2));

@@ -142,10 +142,10 @@ std::vector<ModuleEntry> named_modules(const M& root) {
 }
 
 // Dropout with probability p when the pass is training, the identity otherwise; and the fused forms
-// (ops.h) of dropout(relu(x)) and layer_norm(x + dropout(residual)), which fall back to relu and
-// add_layer_norm the same way.
+// (ops.h) of dropout(relu(x Wᵀ + b)) and layer_norm(x + dropout(residual)), which fall back to relu(affine)
+// and add_layer_norm the same way.
 Tensor dropout(const Tensor& x, real p, const Pass& pass);
-Tensor relu_dropout(const Tensor& x, real p, const Pass& pass);
+Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, const Pass& pass);
 Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, const Pass& pass, const Tensor& gamma,
                               const Tensor& beta, real eps);
 
