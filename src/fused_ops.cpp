@@ -1,8 +1,9 @@
 // The fused kernels: each computes what a composition of ops.cpp's primitives computes, bit for bit, in one
 // op with a backward of its own, because it pays off in time or memory (a linear layer, a post-norm
 // sublayer's add and norm, the FFN's relu and dropout, alone or with its first layer, attention over heads
-// read in place, heads cut out of a fused projection). Above each, "composed:" names the composition it equals and the test that holds it
-// to that, where one does; every one is also gradient-checked alone (src/gradcheck_suite/primitive_ops.cpp).
+// read in place, heads cut out of a fused projection). Above each, "composed:" names the composition it
+// equals and the test that holds it to that, where one does; every one is also gradient-checked alone
+// (src/gradcheck_suite/primitive_ops.cpp).
 // In reference mode (reference_ops.h) each checks its arguments, then runs that composition instead
 // (reference_ops.cpp).
 #include "tapeformer/ops.h"

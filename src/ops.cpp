@@ -812,10 +812,11 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         }
         const real mx = lane_max(xr, V);
         real total, row_sum;  // Σ_j e^(x_ij − max), Σ_j x_ij
-        lane_sum2(V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); }, [&](std::int64_t j) { return xr[j]; }, total, row_sum);
+        lane_sum2(
+            V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); }, [&](std::int64_t j) { return xr[j]; }, total, row_sum);
         const double lse_i = double(mx) + std::log(double(total));
         l[i] = real(lse_i);
-        const double nll = lse_i - xr[target[i]];           // −log p_t
+        const double nll = lse_i - xr[target[i]];                    // −log p_t
         const double smooth = lse_i - double(row_sum) / double(V);  // (1/V) Σ_j −log p_j
         row_nll[i] = nll;
         row_loss[i] = (1.0 - eps) * nll + eps * smooth;

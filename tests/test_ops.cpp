@@ -741,7 +741,9 @@ TEST_CASE("ops: relu_dropout and add_dropout_layer_norm give the numbers of the 
                                      tf::random_tensor({260, 96}, 4, -0.2f, 0.2f, false),
                                      tf::random_tensor({260}, 5, -0.5f, 0.5f, false)};
         tf::Rng a(11, 5), b(11, 5);
-        const auto fused = grads_of(in, [&](auto& x, tf::Rng& r) { return tf::affine_relu_dropout(x[0], x[1], x[2], p, r); }, a);
+        const auto fused = grads_of(in, [&](auto& x, tf::Rng& r) {
+            return tf::affine_relu_dropout(x[0], x[1], x[2], p, r);
+        }, a);
         const auto split = grads_of(in, [&](auto& x, tf::Rng& r) {
             return tf::relu_dropout(tf::affine(x[0], x[1], x[2]), p, r);
         }, b);

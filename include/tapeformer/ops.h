@@ -1,7 +1,9 @@
 // The primitive differentiable ops. Each computes its output and, when an input requires grad and the tape is
 // recording, records a backward closure next to the forward code: src/ops.cpp, one section per op; the fused
-// kernels (affine, slice_heads, add_*layer_norm, relu_dropout, affine_relu_dropout, attention_heads) in fused_ops.cpp, the L0 gates
-// in study_ops.cpp, linear attention's φ and prefix sum in linear_attention_ops.cpp. Everything higher (attention, feed-forward, the model) is composed and has no backward.
+// kernels (affine, slice_heads, add_*layer_norm, relu_dropout, affine_relu_dropout, attention_heads) in
+// fused_ops.cpp, the L0 gates in study_ops.cpp, linear attention's φ and prefix sum in
+// linear_attention_ops.cpp. Everything higher (attention, feed-forward, the model) is composed and has no
+// backward.
 //
 // Shapes use fixed letters: B batch, S source length, T target length, C model width, H heads,
 // D head width, F FFN width, V vocabulary, N "rows" (all leading dimensions flattened).
