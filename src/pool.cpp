@@ -1,5 +1,5 @@
 // Caching buffer pool: cached buffers by capacity and by age; what it holds, in use and cached, bounded by the
-// peak in use and a sixteenth. See pool.h.
+// peak in use and an eighth of the swing below it. See pool.h.
 #include "tapeformer/pool.h"
 
 #include <algorithm>
@@ -60,6 +60,7 @@ struct Pool {
     std::uint64_t clock = 0;
     bool poison = false;
     PoolStats stats;
+    std::size_t low_since_peak = 0;  // the least in use since the peak was last raised (or reset)
 
     void uncache(BySize::iterator it) {
         stats.bytes_cached -= it->first * sizeof(real);
@@ -67,12 +68,14 @@ struct Pool {
         by_size.erase(it);
     }
     // Before asking the system for `bytes` more: gives the least recently freed buffers back until what the
-    // pool holds, in use and cached, fits within the peak in use and a sixteenth (or the new peak, if this
-    // request makes one). Without the sixteenth, a training step gave back and asked again for 68 buffers
-    // every step, 6% of its time; with it, none (the benchmark's model; bench/README.md).
+    // pool holds, in use and cached, fits within the peak in use and an eighth of the swing below it (or the
+    // new peak, if this request makes one). The swing, the peak minus the least in use since, is what a
+    // training step allocates and frees (its activations and gradients); the weights and Adam's moments, held
+    // all along, need no room to spare. With no room at all, a training step gave back and asked again for 68
+    // buffers every step, 6% of its time; with an eighth, none (the benchmark's model; bench/README.md).
     void make_room(std::size_t bytes) {
         const std::size_t peak = stats.peak_bytes_in_use;
-        const std::size_t bound = std::max(peak + peak / 16, stats.bytes_in_use + bytes);
+        const std::size_t bound = std::max(peak + (peak - low_since_peak) / 8, stats.bytes_in_use + bytes);
         while (!by_age.empty() && stats.bytes_in_use + stats.bytes_cached + bytes > bound) give_back_oldest();
     }
     // Gives the least recently freed buffers back until the cache is within the peak in use.
@@ -124,7 +127,7 @@ real* pool_alloc(std::size_t n) {
         ++p.stats.system_allocations;
     }
     p.stats.bytes_in_use += header_of(out).capacity * sizeof(real);
-    if (p.stats.bytes_in_use > p.stats.peak_bytes_in_use) p.stats.peak_bytes_in_use = p.stats.bytes_in_use;
+    if (p.stats.bytes_in_use > p.stats.peak_bytes_in_use) p.stats.peak_bytes_in_use = p.low_since_peak = p.stats.bytes_in_use;
     if (p.poison) std::fill(out, out + header_of(out).capacity, std::numeric_limits<real>::quiet_NaN());
     return out;
 }
@@ -138,6 +141,7 @@ void pool_free(real* ptr) {
     std::lock_guard<std::mutex> lock(p.mutex);
     Header& h = header_of(ptr);
     p.stats.bytes_in_use -= h.capacity * sizeof(real);
+    p.low_since_peak = std::min(p.low_since_peak, p.stats.bytes_in_use);
     h.freed_at = ++p.clock;
     p.by_age.emplace(h.freed_at, p.by_size.emplace(h.capacity, ptr));
     p.stats.bytes_cached += h.capacity * sizeof(real);
@@ -156,7 +160,7 @@ void pool_release_cached() {
 void pool_reset_peak() {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
-    p.stats.peak_bytes_in_use = p.stats.bytes_in_use;
+    p.stats.peak_bytes_in_use = p.low_since_peak = p.stats.bytes_in_use;
     p.trim();
 }
 
