@@ -22,6 +22,7 @@ namespace {
 constexpr std::size_t kHeader = 64;
 struct Header {
     std::size_t capacity;  // values
+    std::size_t asked;     // values asked for by the request it serves now
     std::uint64_t freed_at;
 };
 Header& header_of(real* buffer) { return *reinterpret_cast<Header*>(reinterpret_cast<char*>(buffer) - kHeader); }
@@ -128,6 +129,9 @@ real* pool_alloc(std::size_t n) {
     }
     p.stats.bytes_in_use += header_of(out).capacity * sizeof(real);
     if (p.stats.bytes_in_use > p.stats.peak_bytes_in_use) p.stats.peak_bytes_in_use = p.low_since_peak = p.stats.bytes_in_use;
+    header_of(out).asked = n;
+    p.stats.bytes_asked += n * sizeof(real);
+    p.stats.peak_bytes_asked = std::max(p.stats.peak_bytes_asked, p.stats.bytes_asked);
     if (p.poison) std::fill(out, out + header_of(out).capacity, std::numeric_limits<real>::quiet_NaN());
     return out;
 }
@@ -141,6 +145,7 @@ void pool_free(real* ptr) {
     std::lock_guard<std::mutex> lock(p.mutex);
     Header& h = header_of(ptr);
     p.stats.bytes_in_use -= h.capacity * sizeof(real);
+    p.stats.bytes_asked -= h.asked * sizeof(real);
     p.low_since_peak = std::min(p.low_since_peak, p.stats.bytes_in_use);
     h.freed_at = ++p.clock;
     p.by_age.emplace(h.freed_at, p.by_size.emplace(h.capacity, ptr));
@@ -161,6 +166,7 @@ void pool_reset_peak() {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
     p.stats.peak_bytes_in_use = p.low_since_peak = p.stats.bytes_in_use;
+    p.stats.peak_bytes_asked = p.stats.bytes_asked;
     p.trim();
 }
 
