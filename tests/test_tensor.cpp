@@ -217,8 +217,11 @@ TEST_CASE("Pool: bytes in use follow live tensors", "[tensor]") {
         during = tf::pool_stats().bytes_in_use;
         CHECK(during >= before.bytes_in_use + 1000 * sizeof(real));
         CHECK(tf::pool_stats().peak_bytes_in_use >= during);
+        CHECK(tf::pool_stats().bytes_asked == before.bytes_asked + 1000 * sizeof(real));  // exactly the request
+        CHECK(tf::pool_stats().peak_bytes_asked >= tf::pool_stats().bytes_asked);
     }
     CHECK(tf::pool_stats().bytes_in_use == before.bytes_in_use);
+    CHECK(tf::pool_stats().bytes_asked == before.bytes_asked);
     CHECK(tf::pool_stats().bytes_cached >= 1000 * sizeof(real));
 }
 
