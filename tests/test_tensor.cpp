@@ -263,41 +263,40 @@ TEST_CASE("Pool: a request takes a cached buffer up to twice its size", "[tensor
     CHECK(tf::pool_stats().system_allocations == n_before + 1);
 }
 
-TEST_CASE("Pool: buffers of ever new sizes do not pile up: what it holds stays within the peak in use and "
-          "an eighth of the swing",
-          "[tensor]") {
-    // Each size is 5% above the last: no cached buffer fits, every one comes from the system. Kept
-    // without a bound, the cache would hold the sum of all of them, about 21 times the largest; bounded
-    // by the peak alone, the cache and the new buffer together would hold about twice the peak.
-    tf::pool_release_cached();
-    tf::pool_reset_peak();
-    double n = 20000;
-    for (int i = 0; i < 60; ++i, n *= 1.05) {
-        Tensor t = Tensor::zeros({static_cast<std::int64_t>(n)});
-        const tf::PoolStats s = tf::pool_stats();
-        CHECK(s.bytes_cached <= s.peak_bytes_in_use);
-        CHECK(s.bytes_in_use + s.bytes_cached <= s.peak_bytes_in_use + s.peak_bytes_in_use / 8);
-    }
-    const tf::PoolStats s = tf::pool_stats();
-    CHECK(s.bytes_cached <= s.peak_bytes_in_use);
-    CHECK(s.bytes_cached >= static_cast<std::size_t>(n / 1.05 / 2) * sizeof(real));  // it does cache
-}
-
-TEST_CASE("Pool: the room kept beyond the peak follows what comes and goes, not what is held all along",
-          "[tensor]") {
-    // A model's weights and Adam's moments stay in use from step to step; only the activations and gradients
-    // come and go. With 16 MiB held, a room of a sixteenth of the peak (the bound before) would let about
-    // 1 MiB of the ever new sizes below pile up in the cache; an eighth of the swing, under 0.2 MiB.
-    tf::pool_release_cached();
-    const Tensor held = Tensor::zeros({4 << 20});
-    tf::pool_reset_peak();
-    const std::size_t base = tf::pool_stats().bytes_in_use;
+// Asks for 60 buffers one at a time, each 5% larger than the last, so that no cached buffer fits and every one
+// comes from the system; after each, checks the pool's bound with `base` the bytes in use before (what stays
+// in use throughout, so the swing, the peak minus the least in use since, is at most peak - base). Returns the
+// last size asked for.
+static double ever_new_sizes(std::size_t base) {
     double n = 20000;
     for (int i = 0; i < 60; ++i, n *= 1.05) {
         Tensor t = Tensor::zeros({static_cast<std::int64_t>(n)});
         const tf::PoolStats s = tf::pool_stats();
         INFO("size " << i << ": in use " << s.bytes_in_use << ", cached " << s.bytes_cached << ", peak " << s.peak_bytes_in_use);
+        CHECK(s.bytes_cached <= s.peak_bytes_in_use);
         CHECK(s.bytes_in_use + s.bytes_cached <= s.peak_bytes_in_use + (s.peak_bytes_in_use - base) / 8);
     }
-    CHECK(tf::pool_stats().bytes_cached > 0);  // it still caches
+    return n / 1.05;
+}
+
+TEST_CASE("Pool: buffers of ever new sizes do not pile up: what it holds stays within the peak in use and "
+          "an eighth of the swing",
+          "[tensor]") {
+    tf::pool_release_cached();
+    SECTION("nothing else held") {
+        // Kept without a bound, the cache would hold the sum of all of them, about 21 times the largest;
+        // bounded by the peak alone, the cache and the new buffer together would hold about twice the peak.
+        tf::pool_reset_peak();
+        const double last = ever_new_sizes(tf::pool_stats().bytes_in_use);
+        CHECK(tf::pool_stats().bytes_cached >= static_cast<std::size_t>(last / 2) * sizeof(real));  // it does cache
+    }
+    SECTION("16 MiB held all along") {
+        // A model's weights and Adam's moments stay in use from step to step; only the activations and
+        // gradients come and go. A room of a sixteenth of the peak (the bound before) would let about 1 MiB of
+        // the sizes pile up in the cache; an eighth of the swing, under 0.2 MiB.
+        const Tensor held = Tensor::zeros({4 << 20});
+        tf::pool_reset_peak();
+        ever_new_sizes(tf::pool_stats().bytes_in_use);
+        CHECK(tf::pool_stats().bytes_cached > 0);  // it still caches
+    }
 }
