@@ -778,49 +778,59 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
         ++count;
     }
     if (reference_mode()) return reference::cross_entropy(logits, target, ignore_index, eps, stats);
-    // ∂loss/∂x_ij = (p_ij − (1−ε)·[j = t_i] − ε/V) / n   for counted rows, 0 for ignored ones; times the seed.
-    // Written over x row by row (after the row's loss has read it), here when the caller consumes the logits,
-    // else in backward.
+    // ∂loss/∂x_ij = (p_ij − (1−ε)·[j = t_i] − ε/V) / n   for counted rows, 0 for ignored ones; times the seed;
+    // p_ij = e^(x_ij − max_i) · (1 / Σ_j e^(x_ij − max_i)), softmax as PyTorch computes it. Written over x row by
+    // row (after the row's loss has read it) here when the caller consumes the logits, else in backward.
     const real off = eps / real(V), on = real(1) - eps + off;
-    auto gradient_row = [=](real g, real lse_i, std::int32_t t, const real* xr, real* dr, bool overwrite) {
+    // One row's gradient from its exponentials e_j, kept in dr by the forward pass (e_in_dr), or computed again
+    // from x: the same bits either way.
+    auto gradient_row = [=](real g, real mx, real inv_total, std::int32_t t, const real* xr, real* dr, bool overwrite,
+                            bool e_in_dr) {
         if (t == ignore_index) {  // no gradient: a row not yet written is zeroed
             if (overwrite) std::fill(dr, dr + V, real(0));
             return;
         }
-        if (xr == dr)  // one pointer: the loop vectorises without an overlap check
-            for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(dr[j] - lse_i) - off);
+        if (e_in_dr)  // one pointer: the loop vectorises without an overlap check
+            for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (dr[j] * inv_total - off);
         else if (overwrite)
-            for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(xr[j] - lse_i) - off);
+            for (std::int64_t j = 0; j < V; ++j) dr[j] = g * (exp_fast(xr[j] - mx) * inv_total - off);
         else
-            for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - lse_i) - off);
+            for (std::int64_t j = 0; j < V; ++j) dr[j] += g * (exp_fast(xr[j] - mx) * inv_total - off);
         dr[t] -= g * (on - off);
     };
     const bool grad = needs_grad({&logits}) && count > 0;
     const bool grad_now = grad && consume_logits && !logits.is_leaf();  // a leaf's values are the caller's own
     const real g_now = seed / real(count);
-    Tensor lse = Tensor::empty(Shape{N});  // log Σ_j exp(x_ij): all that backward needs to rebuild p_ij
-    real* x = Tensor(logits).data();       // written only with grad_now
-    real* l = lse.data();
+    // Per row: max_j x_ij and 1 / Σ_j e^(x_ij − max): all that backward needs to rebuild p_ij
+    Tensor row_stats = Tensor::empty(Shape{N, 2});
+    real* x = Tensor(logits).data();  // written only with grad_now
+    real* st = row_stats.data();
     // Per-row terms, summed in row order afterwards: the loss is the same bit for bit whatever the threads.
     std::vector<double> row_loss(N, 0.0), row_nll(N, 0.0);
 #pragma omp parallel for schedule(static) if (N * V >= kParallelGrain)
     for (std::int64_t i = 0; i < N; ++i) {
         real* xr = x + i * V;
         if (target[i] == ignore_index) {
-            if (grad_now) gradient_row(g_now, 0, target[i], xr, xr, true);
+            if (grad_now) gradient_row(g_now, 0, 0, target[i], xr, xr, true, false);
             continue;
         }
-        const real mx = lane_max(xr, V);
+        const real mx = lane_max(xr, V), x_target = xr[target[i]];
         real total, row_sum;  // Σ_j e^(x_ij − max), Σ_j x_ij
-        lane_sum2(
-            V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); }, [&](std::int64_t j) { return xr[j]; }, total, row_sum);
+        // With grad_now e^(x_ij − max) is kept over x_ij (after Σ x has read it): the gradient reads it instead
+        // of computing it again.
+        const auto x_j = [&](std::int64_t j) { return xr[j]; };
+        if (grad_now)
+            lane_sum2(V, [&](std::int64_t j) { return xr[j] = exp_fast(xr[j] - mx); }, x_j, total, row_sum);
+        else
+            lane_sum2(V, [&](std::int64_t j) { return exp_fast(xr[j] - mx); }, x_j, total, row_sum);
         const double lse_i = double(mx) + std::log(double(total));
-        l[i] = real(lse_i);
-        const double nll = lse_i - xr[target[i]];                    // −log p_t
+        st[2 * i] = mx;
+        st[2 * i + 1] = real(1) / total;
+        const double nll = lse_i - x_target;                          // −log p_t
         const double smooth = lse_i - double(row_sum) / double(V);  // (1/V) Σ_j −log p_j
         row_nll[i] = nll;
         row_loss[i] = (1.0 - eps) * nll + eps * smooth;
-        if (grad_now) gradient_row(g_now, l[i], target[i], xr, xr, true);
+        if (grad_now) gradient_row(g_now, mx, st[2 * i + 1], target[i], xr, xr, true, true);
     }
     double loss_sum = 0, nll_sum = 0;
     for (std::int64_t i = 0; i < N; ++i) {
@@ -833,7 +843,7 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
     }
     Tensor out = Tensor::scalar(count ? real(loss_sum / double(count)) : real(0));
     if (!grad) return out;
-    return record("cross_entropy", out, {logits}, [gradient_row, target, N, V, count, lse, grad_now, g_now](
+    return record("cross_entropy", out, {logits}, [gradient_row, target, N, V, count, row_stats, grad_now, g_now](
                                                        Tensor& y, std::vector<Tensor>& in) {
         const real g = y.grad()[0] / real(count);
         if (grad_now) {  // the logits' buffer holds the gradient for the promised seed: it becomes theirs
@@ -845,11 +855,12 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& targ
                                                               : "something besides the loss holds or read the logits"));
             return;
         }
-        const real* l = lse.data();
+        const real* st = row_stats.data();
         const real* x = in[0].data();
         GradTarget dx = in[0].grad_target();
 #pragma omp parallel for schedule(static) if (N * V >= kParallelGrain)
-        for (std::int64_t i = 0; i < N; ++i) gradient_row(g, l[i], target[i], x + i * V, dx.data + i * V, dx.overwrite);
+        for (std::int64_t i = 0; i < N; ++i)
+            gradient_row(g, st[2 * i], st[2 * i + 1], target[i], x + i * V, dx.data + i * V, dx.overwrite, false);
     });
 }
 

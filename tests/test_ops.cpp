@@ -14,6 +14,7 @@
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
 #include "tapeformer/gradcheck.h"
+#include "tapeformer/lanes.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/pool.h"
 #include "helpers.h"
@@ -560,6 +561,20 @@ TEST_CASE("ops: cross_entropy gradient is (p − smoothed one-hot)/n and zero on
     tf::backward(loss);
     // one counted row: dx_j = p_j − ε/V − (1−ε)[j = t] = 0.25 − 0.05 − 0.8 [j = 1]
     check_close(logits.grad_vector(), {0.2, -0.6, 0.2, 0.2, 0, 0, 0, 0});
+}
+
+TEST_CASE("lanes: lane_sum2 gives each sum lane_sum's bits, and g reads a value before f writes over it", "[ops]") {
+    // cross_entropy keeps e^(x − max) over the logits in the pass that also sums them
+    const Tensor t = tf::random_tensor({1, 1000}, 3);  // 1000: 62 full blocks of the lanes and a tail
+    std::vector<real> x(t.data(), t.data() + t.numel()), y = x;
+    const real want_f = tf::lane_sum(1000, [&](std::int64_t j) { return tf::exp_fast(x[j]); });
+    const real want_g = tf::lane_sum(1000, [&](std::int64_t j) { return x[j]; });
+    real f = 0, g = 0;
+    tf::lane_sum2(
+        1000, [&](std::int64_t j) { return y[j] = tf::exp_fast(y[j]); }, [&](std::int64_t j) { return y[j]; }, f, g);
+    CHECK(f == want_f);
+    CHECK(g == want_g);  // the values before f overwrote them
+    for (std::size_t j = 0; j < x.size(); ++j) REQUIRE(y[j] == tf::exp_fast(x[j]));
 }
 
 namespace {

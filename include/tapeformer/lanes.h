@@ -60,15 +60,16 @@ real lane_sum(std::int64_t n, F f) {  // Σ_j f(j) for j in [0, n)
     return total;
 }
 
-// Σ_j f(j) and Σ_j g(j) in one pass over the row: each sum's bits are lane_sum's.
+// Σ_j f(j) and Σ_j g(j) in one pass over the row: each sum's bits are lane_sum's. g(j) is called before
+// f(j), so f may overwrite the value that g reads (cross_entropy keeps e^(x − max) over x).
 template <class F, class G>
 void lane_sum2(std::int64_t n, F f, G g, real& f_total, real& g_total) {
     real fpart[kLanes] = {}, gpart[kLanes] = {};
     std::int64_t j = 0;
     for (; j + kLanes <= n; j += kLanes)
         for (std::int64_t l = 0; l < kLanes; ++l) {
-            fpart[l] += f(j + l);
             gpart[l] += g(j + l);
+            fpart[l] += f(j + l);
         }
     f_total = 0;
     g_total = 0;
@@ -77,8 +78,8 @@ void lane_sum2(std::int64_t n, F f, G g, real& f_total, real& g_total) {
         g_total += gpart[l];
     }
     for (; j < n; ++j) {
-        f_total += f(j);
         g_total += g(j);
+        f_total += f(j);
     }
 }
 
