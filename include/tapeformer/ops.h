@@ -185,13 +185,13 @@ struct CrossEntropyStats {
 // Label-smoothed cross-entropy, PyTorch's F.cross_entropy(logits, target, ignore_index, label_smoothing)
 // with mean reduction:  loss = 1/n Σ_i [(1−ε)(−log p_i,t_i) + ε/V Σ_j (−log p_i,j)] over the n positions
 // whose target is not ignore_index (0 when n = 0). logits: (N, V), target: N ids. Fused: the softmax is
-// never stored; backward recomputes it from the saved log-sum-exp of each row.
+// never stored; backward recomputes it from each row's saved max and 1 / Σ_j e^(x_j − max).
 // `consume_logits`: the caller promises that nothing reads the logits' values once this call has returned,
 // not even the backward of the op that made them (true of a linear layer's), and that backward will be
 // seeded with `seed` (∂total/∂loss). Then the gradient is computed here, in the pass that has each row in
-// cache, and written over the logits; backward only hands that buffer over as their gradient
-// (Tensor::grad_over_value): one pass over the (N, V) logits less, and one (N, V) buffer less at the step's
-// peak of memory. The gradient's bits are those backward computes from the seed. A promise found broken in
+// cache, from the e^(x − max) its sum kept over the logits, and written over them; backward only hands that
+// buffer over as their gradient (Tensor::grad_over_value): one pass over the (N, V) logits less, and one
+// (N, V) buffer less at the step's peak of memory. The gradient's bits are those backward computes from the seed. A promise found broken in
 // backward (another holder of the logits, another op's gradient for them, another seed) throws
 // std::logic_error: the values are gone by then. A leaf's logits are never written over.
 Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t ignore_index,
