@@ -191,9 +191,10 @@ struct CrossEntropyStats {
 // seeded with `seed` (∂total/∂loss). Then the gradient is computed here, in the pass that has each row in
 // cache, from the e^(x − max) its sum kept over the logits, and written over them; backward only hands that
 // buffer over as their gradient (Tensor::grad_over_value): one pass over the (N, V) logits less, and one
-// (N, V) buffer less at the step's peak of memory. The gradient's bits are those backward computes from the seed. A promise found broken in
-// backward (another holder of the logits, another op's gradient for them, another seed) throws
-// std::logic_error: the values are gone by then. A leaf's logits are never written over.
+// (N, V) buffer less at the step's peak of memory. The gradient's bits are those backward computes from
+// the seed. A promise found broken in backward (another holder of the logits, another op's gradient for
+// them, another seed) throws std::logic_error: the values are gone by then. A leaf's logits are never
+// written over.
 Tensor cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& target, std::int32_t ignore_index,
                      real label_smoothing, CrossEntropyStats* stats = nullptr, bool consume_logits = false,
                      real seed = 1);
