@@ -2,6 +2,8 @@
 // file that includes mpi.h.
 #include "tapeformer/run/distributed.h"
 
+#include <unistd.h>
+
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +11,8 @@
 #include <iostream>
 #include <memory>
 #include <string>
+
+#include "run/held_lines.h"
 
 #ifdef TAPEFORMER_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only: OpenMPI's C++ bindings, deprecated, do not compile warning-free
@@ -49,6 +53,20 @@ public:
 };
 
 #ifdef TAPEFORMER_MPI
+// The consoles of an MPI job's rank (HeldLines over stderr and stdout). Never freed: std::cerr and std::cout
+// may still write and flush after static objects are destroyed.
+HeldLines* console(int fd) {
+    static HeldLines* const err = new HeldLines(STDERR_FILENO);
+    static HeldLines* const out = new HeldLines(STDOUT_FILENO);
+    return fd == STDERR_FILENO ? err : out;
+}
+
+// The lines still held go (or are counted) before the process ends.
+void finish_lines() {
+    console(STDOUT_FILENO)->finish();
+    console(STDERR_FILENO)->finish();
+}
+
 // MPI_COMM_WORLD. Only this process's main thread calls MPI (OpenMP's threads never do): FUNNELED.
 class MpiWorld : public Communicator {
 public:
@@ -59,6 +77,7 @@ public:
         MPI_Comm_size(MPI_COMM_WORLD, &size_);
         if (size_ > 1) whole_lines();
         std::atexit([] {
+            finish_lines();
             int finalized = 0;
             MPI_Finalized(&finalized);
             if (!finalized) MPI_Finalize();
@@ -84,11 +103,15 @@ public:
 
 private:
     // mpirun merges the ranks' output as it reads it: an unbuffered stderr sends a line in pieces (one write
-    // per <<), and another rank's line can land between them. Line buffering hands each line over in one write.
+    // per <<), and another rank's line can land between them. Line buffering hands each line over in one write;
+    // std::cerr and std::cout hand theirs to HeldLines, which also keeps a rank from blocking on a pipe that
+    // mpirun stopped reading (held_lines.h).
     static void whole_lines() {
         std::setvbuf(stderr, nullptr, _IOLBF, BUFSIZ);
         std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
         std::cerr.unsetf(std::ios::unitbuf);  // (unitbuf would flush after every <<)
+        std::cerr.rdbuf(console(STDERR_FILENO));
+        std::cout.rdbuf(console(STDOUT_FILENO));
     }
 
     static int int_count(std::int64_t count) {
@@ -137,7 +160,10 @@ void end_job_after_error(int exit_code) {
     MPI_Finalized(&finalized);
     int size = 1;
     if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    if (size > 1) {
+        finish_lines();
+        MPI_Abort(MPI_COMM_WORLD, exit_code);
+    }
 #else
     (void)exit_code;
 #endif
