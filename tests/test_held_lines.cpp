@@ -53,7 +53,7 @@ std::string line(int i) { return "step " + std::to_string(i) + " | loss 1.2345 |
 
 }  // namespace
 
-TEST_CASE("held lines: a pipe nobody reads fills only to half, and the lines come out in order once it is read", "[mpi]") {
+TEST_CASE("held lines: a pipe nobody reads fills only to half, and the lines come out in order once it is read", "[io]") {
     Pipe pipe;
     HeldLines held(pipe.write_end);
     std::ostream os(&held);
@@ -77,7 +77,7 @@ TEST_CASE("held lines: a pipe nobody reads fills only to half, and the lines com
     CHECK(got == expected);
 }
 
-TEST_CASE("held lines: ending while nobody reads puts a count and the newest lines into the free half", "[mpi]") {
+TEST_CASE("held lines: ending while nobody reads puts a count and the newest lines into the free half", "[io]") {
     Pipe pipe;
     HeldLines held(pipe.write_end);
     std::ostream os(&held);
@@ -105,7 +105,7 @@ TEST_CASE("held lines: ending while nobody reads puts a count and the newest lin
     CHECK(held.held_bytes() == 0);
 }
 
-TEST_CASE("held lines: a file (not a pipe) gets every line at once", "[mpi]") {
+TEST_CASE("held lines: a file (not a pipe) gets every line at once", "[io]") {
     const TempDir tmp;
     const std::string path = tmp / "log.txt";
     std::string expected;
