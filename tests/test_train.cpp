@@ -94,6 +94,20 @@ tf::TrainConfig tiny_config(const Corpus& corpus, const std::string& out_dir) {
     return c;
 }
 
+// tiny_config's run, validated on the corpus's validation pairs every `every` steps (0: at each epoch's
+// end), with greedy BLEU over the first `bleu_sentences` of them; without BLEU when 0 (the best model is
+// then the one of lowest validation loss).
+tf::TrainConfig validated_config(const Corpus& corpus, const std::string& out_dir, std::int64_t every,
+                                 std::int64_t bleu_sentences) {
+    tf::TrainConfig c = tiny_config(corpus, out_dir);
+    c.data.valid_src = corpus.valid_src;
+    c.data.valid_tgt = corpus.valid_tgt;
+    c.valid_every = every;
+    c.valid_bleu = bleu_sentences > 0;
+    c.valid_bleu_sentences = bleu_sentences;
+    return c;
+}
+
 // Runs train() as `tapeformer train` does (with the head-log watcher), its log captured; returns the log.
 std::string train_quietly(const tf::TrainConfig& c, tf::TrainResult* result = nullptr) {
     ThreadsGuard threads;
@@ -298,14 +312,7 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
     TempDir tmp;
     const std::string straight = tmp / "straight", split = tmp / "split";
 
-    tf::TrainConfig c = tiny_config(corpus, straight);
-    if (valid_every) {
-        c.data.valid_src = corpus.valid_src;
-        c.data.valid_tgt = corpus.valid_tgt;
-        c.valid_every = valid_every;
-        c.valid_bleu = true;
-        c.valid_bleu_sentences = 3;
-    }
+    tf::TrainConfig c = valid_every ? validated_config(corpus, straight, valid_every, 3) : tiny_config(corpus, straight);
     c.max_steps = 8;
     train_quietly(c);
 
@@ -945,14 +952,9 @@ TEST_CASE("train: metrics.jsonl holds one JSON object per line with the document
     TempDir tmp;
     const bool bleu = GENERATE(true, false);
     INFO("valid_bleu " << bleu);
-    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
-    c.data.valid_src = corpus.valid_src;
-    c.data.valid_tgt = corpus.valid_tgt;
-    c.valid_bleu = bleu;
-    c.valid_bleu_sentences = 5;
+    tf::TrainConfig c = validated_config(corpus, tmp / "run", 2, bleu ? 5 : 0);
     c.max_steps = 4;
     c.log_every = 2;
-    c.valid_every = 2;
     tf::TrainResult result;
     train_quietly(c, &result);
 
@@ -1071,11 +1073,7 @@ TEST_CASE("train: a run with validation that starts over from step 0 logs step 0
     Corpus corpus(100, 20);
     TempDir tmp;
     const std::string straight = tmp / "straight", restarted = tmp / "restarted";
-    tf::TrainConfig c = tiny_config(corpus, straight);
-    c.data.valid_src = corpus.valid_src;
-    c.data.valid_tgt = corpus.valid_tgt;
-    c.valid_bleu = false;
-    c.valid_every = 2;
+    tf::TrainConfig c = validated_config(corpus, straight, 2, 0);
     c.checkpoint_every = 3;
     c.max_steps = 4;
     train_quietly(c);
@@ -1250,12 +1248,7 @@ TEST_CASE("train: a resumed run whose last step is a checkpoint ends exactly as 
     Corpus corpus(100, 20);
     TempDir tmp;
     const std::string straight = tmp / "straight", split = tmp / "split";
-    tf::TrainConfig c = tiny_config(corpus, straight);
-    c.data.valid_src = corpus.valid_src;
-    c.data.valid_tgt = corpus.valid_tgt;
-    c.valid_bleu = true;
-    c.valid_bleu_sentences = 3;
-    c.valid_every = 3;  // validations at 3 and (the final one) at 4
+    tf::TrainConfig c = validated_config(corpus, straight, 3, 3);  // validations at 3 and (the final one) at 4
     c.checkpoint_every = 2;
     c.max_steps = 4;
     train_quietly(c);
@@ -1357,12 +1350,7 @@ TEST_CASE("train: a run killed during its final validation owes it: --resume val
     Corpus corpus(100, 20);
     TempDir tmp;
     const std::string straight = tmp / "straight", killed = tmp / "killed";
-    tf::TrainConfig c = tiny_config(corpus, straight);
-    c.data.valid_src = corpus.valid_src;
-    c.data.valid_tgt = corpus.valid_tgt;
-    c.valid_bleu = true;
-    c.valid_bleu_sentences = 3;
-    c.valid_every = 3;
+    tf::TrainConfig c = validated_config(corpus, straight, 3, 3);
     c.checkpoint_every = 2;
     c.max_steps = 4;
     train_quietly(c);
@@ -1398,10 +1386,7 @@ TEST_CASE("train: a run killed at an epoch's last batch, just after its checkpoi
           "[train]") {
     Corpus corpus(100, 20);
     TempDir tmp;
-    tf::TrainConfig c = tiny_config(corpus, tmp / "epoch");
-    c.data.valid_src = corpus.valid_src;
-    c.data.valid_tgt = corpus.valid_tgt;
-    c.valid_every = 0;  // validation at the end of each epoch
+    tf::TrainConfig c = validated_config(corpus, tmp / "epoch", 0, 0);  // validation at the end of each epoch
     c.max_steps = 0;
     c.epochs = 1;
     train_quietly(c);
@@ -1736,11 +1721,8 @@ TEST_CASE("train: validation pairs dropped by --max-len are counted and warned a
     write_all(corpus.valid_src, join_lines(src));
     write_all(corpus.valid_tgt, join_lines(tgt));
 
-    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
-    c.data.valid_src = corpus.valid_src;
-    c.data.valid_tgt = corpus.valid_tgt;
+    tf::TrainConfig c = validated_config(corpus, tmp / "run", 2, 0);
     c.max_steps = 2;
-    c.valid_every = 2;
     const std::string log = train_quietly(c);
     CHECK_THAT(log, Catch::Contains("validation data: kept 8 of 10 pairs (skipped 0 empty pairs, filtered 2 over-long pairs)"));
     CHECK_THAT(log, Catch::Contains("warning: 2 validation pairs have more than --max-len 40 tokens"));
@@ -1980,11 +1962,7 @@ TEST_CASE("train: with --ema, validation scores the weight average, model.safete
     Corpus corpus(180, 20);
     TempDir tmp;
     const std::string straight = tmp / "straight", split = tmp / "split";
-    tf::TrainConfig c = tiny_config(corpus, straight);
-    c.data.valid_src = corpus.valid_src;
-    c.data.valid_tgt = corpus.valid_tgt;
-    c.valid_bleu = false;  // best = lowest validation loss
-    c.valid_every = 4;
+    tf::TrainConfig c = validated_config(corpus, straight, 4, 0);  // best = lowest validation loss
     c.checkpoint_every = 4;
     c.optim.ema = 0.9;
     c.max_steps = 8;
