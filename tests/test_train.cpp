@@ -94,6 +94,22 @@ tf::TrainConfig tiny_config(const Corpus& corpus, const std::string& out_dir) {
     return c;
 }
 
+// A --resume of the run in `dir`, on one thread: its settings come from the run's run.json; a case sets only
+// what a resume may change (the stopping rule, the log and checkpoint intervals).
+tf::TrainConfig resume_config(const std::string& dir) {
+    tf::TrainConfig r;
+    r.out_dir = dir;
+    r.resume = true;
+    r.threads = 1;
+    return r;
+}
+// The same, up to step `max_steps`.
+tf::TrainConfig resume_config(const std::string& dir, std::int64_t max_steps) {
+    tf::TrainConfig r = resume_config(dir);
+    r.max_steps = max_steps;
+    return r;
+}
+
 // tiny_config's run, validated on the corpus's validation pairs every `every` steps (0: at each epoch's
 // end), with greedy BLEU over the first `bleu_sentences` of them; without BLEU when 0 (the best model is
 // then the one of lowest validation loss).
@@ -324,11 +340,7 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
         json::parse(tf::load_safetensors(split + "/" + checkpoint_name(4)).metadata.at("tapeformer.train_state"));
     CHECK(stop.at("epoch") == 0);
     CHECK(stop.at("batch_in_epoch") == 4);  // resuming must continue inside the epoch's batch order
-    tf::TrainConfig resume;  // settings come from the run's run.json; only out, resume and stopping here
-    resume.out_dir = split;
-    resume.resume = true;
-    resume.max_steps = 8;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(split, 8);
     tf::TrainResult result;
     const std::string log = train_quietly(resume, &result);
     CHECK_THAT(log, Catch::Contains("resuming from") && Catch::Contains("(step 4,"));
@@ -398,10 +410,7 @@ TEST_CASE("train: 1, 2 and 3 threads give the same losses and weights, and --res
     c.out_dir = tmp / "split";
     c.max_steps = 3;
     train_quietly(c);
-    tf::TrainConfig resume;
-    resume.out_dir = tmp / "split";
-    resume.resume = true;
-    resume.max_steps = 6;
+    tf::TrainConfig resume = resume_config(tmp / "split", 6);
     resume.threads = 3;
     train_quietly(resume);
 
@@ -741,10 +750,7 @@ TEST_CASE("train: a loss that blows up stops training, names the step, and leave
                checked.find("backward of op '") != std::string::npos));
     }
     SECTION("resuming from the checkpoint (with the run's own stopping rule) trains up to the same blow-up") {
-        tf::TrainConfig r;
-        r.out_dir = out;
-        r.resume = true;
-        r.threads = 1;
+        tf::TrainConfig r = resume_config(out);
         CHECK(train_error(r) == error);
         CHECK(read_state(out).at("step") == saved);
         CHECK(of_type(read_metrics(out), "train").size() == static_cast<std::size_t>(saved));
@@ -1087,10 +1093,7 @@ TEST_CASE("train: a run with validation that starts over from step 0 logs step 0
     fs::remove(restarted + "/state.json");
     fs::remove(restarted + "/model.safetensors");
     write_all(restarted + "/metrics.jsonl", join_lines({lines[0], lines[1], lines[2], lines[3]}));
-    tf::TrainConfig resume;
-    resume.out_dir = restarted;
-    resume.resume = true;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(restarted);
     train_quietly(resume);
     // Started over: the same lines as the straight run, step 0's validation among them once.
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(restarted);
@@ -1217,11 +1220,7 @@ TEST_CASE("train: --resume without state.json continues from the newest checkpoi
     c.out_dir = out;
     c.max_steps = 4;
     train_quietly(c);
-    tf::TrainConfig resume;
-    resume.out_dir = out;
-    resume.resume = true;
-    resume.max_steps = 6;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(out, 6);
 
     SECTION("state.json missing, or listing no checkpoint: the newest on disk, with a note") {
         if (GENERATE(true, false)) fs::remove(out + "/state.json");
@@ -1256,10 +1255,7 @@ TEST_CASE("train: a resumed run whose last step is a checkpoint ends exactly as 
     // What a kill right after the checkpoint at step 2 leaves: that checkpoint is the last one.
     fs::copy(straight, split, fs::copy_options::recursive);
     fs::remove(split + "/" + checkpoint_name(4));
-    tf::TrainConfig resume;
-    resume.out_dir = split;
-    resume.resume = true;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(split);
     const std::string log = train_quietly(resume);
     CHECK_THAT(log, Catch::Contains("(step 2,"));
     CHECK_THAT(log, !Catch::Contains("already reached"));
@@ -1291,10 +1287,7 @@ TEST_CASE("train: with --log-every 3, a run resumed between two metrics lines wr
         fs::remove_all(split);
         fs::copy(straight, split, fs::copy_options::recursive);
         for (std::int64_t step = last + 2; step <= 8; step += 2) fs::remove(split + "/" + checkpoint_name(step));
-        tf::TrainConfig resume;
-        resume.out_dir = split;
-        resume.resume = true;
-        resume.threads = 1;
+        tf::TrainConfig resume = resume_config(split);
         const std::string log = train_quietly(resume);
         CHECK_THAT(log, Catch::Contains("(step " + std::to_string(last) + ","));
         const auto a = metrics_without_timing(straight), b = metrics_without_timing(split);
@@ -1364,10 +1357,7 @@ TEST_CASE("train: a run killed during its final validation owes it: --resume val
                         {{"valid_step", 3}, {"best_step", 3}, {"best_score", valid[1].at("valid_bleu")}});
     drop_last_metrics_line(killed, "valid");
 
-    tf::TrainConfig resume;
-    resume.out_dir = killed;
-    resume.resume = true;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(killed);
     const std::string log = train_quietly(resume);
     CHECK_THAT(log, Catch::Contains("valid @ step 4") && !Catch::Contains("already reached"));
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
@@ -1408,10 +1398,7 @@ TEST_CASE("train: a run killed at an epoch's last batch, just after its checkpoi
     rewrite_train_state(killed + "/" + checkpoint_name(n),
                         {{"epoch", 0}, {"batch_in_epoch", n}, {"valid_step", -1}, {"best_step", -1}, {"best_score", 0}});
     drop_last_metrics_line(killed, "valid");
-    tf::TrainConfig resume;
-    resume.out_dir = killed;
-    resume.resume = true;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(killed);
     train_quietly(resume);
     const auto a = metrics_without_timing(straight), b = metrics_without_timing(killed);
     REQUIRE(a.size() == b.size());
@@ -1467,11 +1454,7 @@ TEST_CASE("train: leftovers of killed writes are removed, a live writer's and a 
     const std::string users = out + "/notes.txt.tmp." + dead;
     for (const auto& f : {stale_checkpoint, stale_state, live, users}) write_all(f, "partial");
 
-    tf::TrainConfig resume;
-    resume.out_dir = out;
-    resume.resume = true;
-    resume.max_steps = 3;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(out, 3);
     const std::string log = train_quietly(resume);
     CHECK_THAT(log, Catch::Contains("removed 2 temporary files"));
     CHECK(!fs::exists(stale_checkpoint));
@@ -1618,11 +1601,7 @@ TEST_CASE("train: --log-heads-every writes heads.jsonl (the same after a resume)
     c.out_dir = tmp / "split";
     c.max_steps = 5;
     train_quietly(c);
-    tf::TrainConfig resume;
-    resume.out_dir = tmp / "split";
-    resume.resume = true;
-    resume.max_steps = 9;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(tmp / "split", 9);
     train_quietly(resume);
     CHECK(read_all(tmp / "split" + "/heads.jsonl") == read_all(tmp / "straight" + "/heads.jsonl"));
 }
@@ -1691,11 +1670,7 @@ TEST_CASE("train: step watchers are asked before every step and shown exactly th
     c.out_dir = tmp / "split";
     c.max_steps = 4;  // checkpoints at 3 and at the end, 4
     train_quietly(c);
-    tf::TrainConfig resume;
-    resume.out_dir = tmp / "split";
-    resume.resume = true;
-    resume.max_steps = 7;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(tmp / "split", 7);
     RecordingWatcher after(3);
     {
         ThreadsGuard threads;
@@ -2004,11 +1979,7 @@ TEST_CASE("train: with --ema, validation scores the weight average, model.safete
     c.out_dir = split;
     c.max_steps = 4;
     train_quietly(c);
-    tf::TrainConfig resume;
-    resume.out_dir = split;
-    resume.resume = true;
-    resume.max_steps = 8;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(split, 8);
     train_quietly(resume);
     const tf::SafetensorsFile again = tf::load_safetensors(split + "/" + checkpoint_name(8));
     REQUIRE(again.tensors.size() == last.tensors.size());
@@ -2030,16 +2001,6 @@ TEST_CASE("train: with --ema, validation scores the weight average, model.safete
 // ---- a run's files belong to that run (issue 26, section 3) ---------------------------------------------------
 
 namespace {
-
-// A run's resume settings: out, resume and a stopping rule; the rest comes from its run.json.
-tf::TrainConfig resume_config(const std::string& out, std::int64_t max_steps) {
-    tf::TrainConfig c;
-    c.out_dir = out;
-    c.resume = true;
-    c.max_steps = max_steps;
-    c.threads = 1;
-    return c;
-}
 
 // Rewrites the metadata of a safetensors file with its checksum recomputed, as a program that knows the
 // format could: only what the values are checked against can tell. An empty value erases the key.
@@ -2337,11 +2298,7 @@ TEST_CASE("train: --accumulate 4 resumed mid-run equals the uninterrupted run, b
     // Step 2 took the first epoch's last 2 batches and ended it; step 3 the second epoch's first 4.
     CHECK(stop.at("epoch") == 1);
     CHECK(stop.at("batch_in_epoch") == (stop_at == 3 ? 4 : 0));
-    tf::TrainConfig resume;
-    resume.out_dir = split;
-    resume.resume = true;
-    resume.max_steps = 5;
-    resume.threads = 1;
+    tf::TrainConfig resume = resume_config(split, 5);
     tf::TrainResult result;
     train_quietly(resume, &result);
     CHECK(result.steps == 5);
