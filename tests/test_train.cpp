@@ -205,6 +205,20 @@ CliRun run_quiet(const TempDir& scratch, const std::string& args) {
 
 CliRun run_train(const TempDir& scratch, const std::string& args) { return run_quiet(scratch, "train " + args); }
 
+// `tapeformer train --resume` of the run in `out`, whose last checkpoint is step n, two steps on: it resumes
+// from step n, and metrics.jsonl then holds steps 1 .. n + 2 once each (a killed run's lines past its
+// checkpoint rewound).
+void check_resumes_two_steps_on(const TempDir& tmp, const std::string& out, std::int64_t n) {
+    const CliRun resumed = run_train(tmp, "--resume --max-steps " + std::to_string(n + 2) + " --out " + shell_quote(out));
+    INFO("resume stderr: " << resumed.err);
+    CHECK(resumed.status == 0);
+    CHECK_THAT(resumed.err, Catch::Contains("(step " + std::to_string(n) + ","));
+    const auto after = of_type(read_metrics(out), "train");
+    REQUIRE(after.size() == static_cast<std::size_t>(n + 2));
+    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].at("step") == static_cast<std::int64_t>(i + 1));
+    CHECK(read_state(out).at("step") == n + 2);
+}
+
 // The usual flags of a tiny CLI run on `corpus` into `out` (no stopping rule: callers add it).
 std::string tiny_flags(const Corpus& corpus, const std::string& out,
                        const std::string& width = "--d-model 16 --heads 2") {
@@ -784,15 +798,7 @@ TEST_CASE("train: SIGTERM and SIGINT save a checkpoint, exit 130, and --resume c
     REQUIRE(!before.empty());
     CHECK(before.back().at("step") == n);
 
-    const CliRun resumed =
-        run_train(tmp, "--resume --max-steps " + std::to_string(n + 2) + " --out " + shell_quote(out));
-    INFO("resume stderr: " << resumed.err);
-    CHECK(resumed.status == 0);
-    CHECK_THAT(resumed.err, Catch::Contains("(step " + std::to_string(n) + ","));
-    const auto after = of_type(read_metrics(out), "train");
-    REQUIRE(after.size() == static_cast<std::size_t>(n + 2));
-    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].at("step") == static_cast<std::int64_t>(i + 1));
-    CHECK(read_state(out).at("step") == n + 2);
+    check_resumes_two_steps_on(tmp, out, n);
 }
 
 TEST_CASE("train: after SIGKILL, --resume continues from the last complete checkpoint", "[train]") {
@@ -808,14 +814,7 @@ TEST_CASE("train: after SIGKILL, --resume continues from the last complete check
     const std::int64_t c = read_state(out).at("step");
     CHECK(c >= 3);
     CHECK(c % 3 == 0);
-    const CliRun resumed =
-        run_train(tmp, "--resume --max-steps " + std::to_string(c + 2) + " --out " + shell_quote(out));
-    INFO("resume stderr: " << resumed.err);
-    CHECK(resumed.status == 0);
-    CHECK_THAT(resumed.err, Catch::Contains("(step " + std::to_string(c) + ","));
-    const auto after = of_type(read_metrics(out), "train");
-    REQUIRE(after.size() == static_cast<std::size_t>(c + 2));
-    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].at("step") == static_cast<std::int64_t>(i + 1));
+    check_resumes_two_steps_on(tmp, out, c);
 }
 
 // Which of process `pid`'s threads take SIGINT or SIGTERM (do not block both): their names, from /proc.
