@@ -132,6 +132,7 @@ TEST_CASE("mpi: mpirun -np R train gives one process's --accumulate R weights, b
     const std::string job_log = read_all(tmp / "job.log");
     INFO(job_log);
     CHECK_THAT(job_log, Catch::Contains("reduce") && Catch::Contains("ms/step"));
+    CHECK_THAT(job_log, !Catch::Contains("odls_base_sigkill_timeout"));  // a toy step and checkpoint: well within 1 s
     check_same_tensors(one + "/" + tf::checkpoint_name(steps), job + "/" + tf::checkpoint_name(steps));
     check_same_tensors(one + "/model.safetensors", job + "/model.safetensors");
     const std::vector<json> a = train_lines(one), b = train_lines(job);
@@ -290,6 +291,19 @@ TEST_CASE("mpi: Ctrl-C on mpirun stops every rank at one step, rank 0 saves, and
     INFO(read_all(tmp / "resume.log"));
     CHECK(status == 0);
     CHECK_THAT(read_all(tmp / "resume.log"), Catch::Contains("resuming from") && Catch::Contains(kept.back()));
+}
+
+TEST_CASE("mpi: rank 0 says once when mpirun's kill timeout leaves Ctrl-C no time to save", "[mpi][cli]") {
+    if (mpi_missing()) return;
+    TempDir tmp;
+    const SmallCorpus data(tmp);
+    // A timeout of 0 s: no step and checkpoint fit in it. (It matters to mpirun only when it ends a job.)
+    REQUIRE(run(mpirun(2) + "--mca odls_base_sigkill_timeout 0 " + cli() + train_flags(data, 2, 6, tmp / "job"),
+                tmp / "job.log") == 0);
+    const std::string log = read_all(tmp / "job.log");
+    INFO(log);
+    CHECK(occurrences(log, "note: on Ctrl-C mpirun gives the ranks odls_base_sigkill_timeout = 0 s") == 1);
+    CHECK_THAT(log, Catch::Contains("start mpirun with --mca odls_base_sigkill_timeout 5"));
 }
 
 TEST_CASE("mpi: kill -9 of one rank ends the job, and the last complete checkpoint resumes", "[mpi][cli]") {

@@ -146,6 +146,14 @@ Communicator& world() {
     return *w;
 }
 
+double mpirun_kill_timeout_seconds() {
+    const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    if (!v || !*v) return 1;
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    return end != v && seconds >= 0 ? seconds : 1;
+}
+
 namespace {
 bool ending_together = false;
 }  // namespace

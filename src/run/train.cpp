@@ -181,6 +181,7 @@ private:
     bool validate();  // false when a signal interrupted it (nothing of it kept: the run still owes it)
     void validate_now(const ProgressFn& after_each_batch);  // validate()'s work
     void checkpoint();              // writes one unless the newest already holds this state
+    void note_stop_time(double save_seconds);  // an MPI job: whether mpirun leaves Ctrl-C time to save
     bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
     double eta_seconds() const;
     void write_metrics(const MetricsLine& line);
@@ -217,6 +218,8 @@ private:
     // For the next log line (the steps it averages are state_.log_window).
     double last_grad_norm_ = 0, last_lr_ = 0;
     double reduce_seconds_ = 0;  // in the ranks' gradient exchange, over the log window's steps
+    double last_step_seconds_ = 0;
+    bool stop_time_noted_ = false;  // note_stop_time has looked (once a run)
     std::vector<std::pair<std::string, double>> layer_grad_norms_;  // of the last log step, before clipping
     TrainState checkpointed_ = no_checkpoint();  // what the newest checkpoint holds (step −1: none yet)
     static TrainState no_checkpoint() {
@@ -714,6 +717,7 @@ void Trainer::train_step(const std::vector<Batch>& micro) {
     state_.target_tokens += report.tokens;
 
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    last_step_seconds_ = seconds;
     state_.train_seconds += seconds;
     TrainState::LogWindow& window = state_.log_window;
     window.seconds += seconds;
@@ -899,6 +903,7 @@ bool Trainer::unsaved_changes() const {
 
 void Trainer::checkpoint() {
     if (!writer() || !unsaved_changes()) return;
+    const auto t0 = Clock::now();
     checkpointed_ = state_;
     const std::string name = checkpoint_name(state_.step);
     save_training_checkpoint((fs::path(dir_) / name).string(), *model_, *optimizer_, state_, tokenizer_hash(tokenizers_),
@@ -929,6 +934,21 @@ void Trainer::checkpoint() {
     const std::int64_t oldest_kept = checkpoint_step(manifest_.kept.front());
     for (const std::string& f : checkpoints_on_disk(dir_))
         if (checkpoint_step(f) < oldest_kept && !kept_for_good(f)) fs::remove(fs::path(dir_) / f, ec);
+    note_stop_time(std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+// On Ctrl-C mpirun sends the ranks SIGTERM and, odls_base_sigkill_timeout seconds later, SIGKILL (README):
+// within that time the ranks finish the step under way and rank 0 writes its checkpoint. After the run's
+// first checkpoint, rank 0 says once if a step and a checkpoint took more than half of it.
+void Trainer::note_stop_time(double save_seconds) {
+    if (ranks_->size() == 1 || stop_time_noted_) return;
+    stop_time_noted_ = true;
+    const double needed = last_step_seconds_ + save_seconds, timeout = mpirun_kill_timeout_seconds();
+    if (needed <= timeout / 2) return;
+    const int enough = int(std::ceil(std::max(5.0, 2 * needed)));
+    log_ << "note: on Ctrl-C mpirun gives the ranks odls_base_sigkill_timeout = " << fmt("%g", timeout)
+         << " s to finish their step and save; a step and a checkpoint took " << fmt("%.1f", needed)
+         << " s here, so Ctrl-C would not save: start mpirun with --mca odls_base_sigkill_timeout " << enough << "\n";
 }
 
 // An MPI job of R ranks deals each global batch's --accumulate micro-batches to its ranks: each needs one.

@@ -39,6 +39,11 @@ public:
 // when a launcher started several ranks of a build without MPI.
 Communicator& world();
 
+// The seconds mpirun gives an MPI job's ranks between its SIGTERM and its SIGKILL when it ends the job (on
+// Ctrl-C, say): OpenMPI's odls_base_sigkill_timeout as mpirun hands it to its ranks (OMPI_MCA_...; set by
+// `mpirun --mca odls_base_sigkill_timeout N`), and its default, 1, when not given there.
+double mpirun_kill_timeout_seconds();
+
 // A job of several ranks whose ranks may still be waiting in a collective call: after an error that only
 // this rank saw, end them all (MPI_Abort) instead of leaving them waiting. Returns where there is none, or
 // when the ranks have agreed that the job ends (job_ends_on_every_rank).
