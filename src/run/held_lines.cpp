@@ -88,6 +88,11 @@ std::size_t HeldLines::held_bytes() const {
     return held_bytes_;
 }
 
+std::size_t HeldLines::dropped_lines() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return dropped_;
+}
+
 void HeldLines::finish() {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!partial_.empty()) end_line();

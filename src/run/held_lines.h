@@ -26,7 +26,7 @@ public:
     // after one line that says how many did not. Call at exit.
     void finish();
     std::size_t held_bytes() const;
-    std::size_t dropped_lines() const { return dropped_; }
+    std::size_t dropped_lines() const;
 
     static constexpr std::size_t max_held = std::size_t(8) << 20;  // beyond this, the oldest held lines go
 

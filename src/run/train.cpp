@@ -218,7 +218,7 @@ private:
     // For the next log line (the steps it averages are state_.log_window).
     double last_grad_norm_ = 0, last_lr_ = 0;
     double reduce_seconds_ = 0;  // in the ranks' gradient exchange, over the log window's steps
-    double last_step_seconds_ = 0;
+    double last_step_seconds_ = 0;  // the newest step's time (note_stop_time)
     bool stop_time_noted_ = false;  // note_stop_time has looked (once a run)
     std::vector<std::pair<std::string, double>> layer_grad_norms_;  // of the last log step, before clipping
     TrainState checkpointed_ = no_checkpoint();  // what the newest checkpoint holds (step −1: none yet)
