@@ -41,6 +41,10 @@ void backward(Tensor& out, const std::vector<real>& upstream, bool keep_tape, co
     for (auto it = records.rbegin(); it != records.rend(); ++it) {
         TapeRecord& r = const_cast<TapeRecord&>(*it);
         if (r.backward && r.out.has_grad()) {
+            // Inputs whose values were dropped after the forward (Tensor::drop_values) are computed again
+            // here, before the closure reads them, perhaps from several threads.
+            for (Tensor& t : r.in)
+                if (t.values_dropped() && t.recomputable()) t.data();
             r.backward(r.out, r.in);
             if (after_record) after_record(r);
         }

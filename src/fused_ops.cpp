@@ -136,7 +136,8 @@ Tensor slice_heads(const Tensor& x, std::int64_t begin, std::int64_t end, std::i
 }
 
 // ---- add_layer_norm, add_dropout_layer_norm: layer_norm(x + residual), layer_norm(x + dropout(residual)) ------
-// One kernel with layer_norm (layer_norm_impl, ops.cpp), which adds the residual row by row and keeps no sum.
+// One kernel with layer_norm (layer_norm_impl, ops.cpp), which adds the residual row by row and, when it records,
+// keeps the sum for backward (so that a post-norm stack may drop the inputs' values and the output's).
 // composed: layer_norm(add(x, residual)) and layer_norm(add(x, dropout(residual, p))), the same bits and the
 // same draws ("ops: relu_dropout and add_dropout_layer_norm give the numbers of the ops they fuse ...",
 // tests/test_ops.cpp, for the dropout form).

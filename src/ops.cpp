@@ -499,22 +499,28 @@ Tensor log_softmax(const Tensor& a) {
 
 namespace {
 
-// Row n of v = x + r, or of v = x + dropout(r) with `drop`, into vr (C values); returns vr. With `drop`
-// and `kept` (C flags), also which values of r survived. The dropped-out residual is rounded to float
-// before the sum, as dropout's output would be: the barrier keeps the compiler from fusing its product and
-// the sum into one multiply-add.
-const real* residual_sum_row(std::int64_t n, std::int64_t C, const real* px, const real* pr, const DropoutDraws* drop,
-                             real* vr, std::uint32_t* kept = nullptr) {
+// Row n of v = x + r, or of v = x + dropout(r) with `drop`, into vr (C values). The dropped-out residual is
+// rounded to float before the sum, as dropout's output would be: the barrier keeps the compiler from fusing its
+// product and the sum into one multiply-add.
+void residual_sum_row(std::int64_t n, std::int64_t C, const real* px, const real* pr, const DropoutDraws* drop,
+                      real* vr) {
     px += n * C;
     pr += n * C;
     if (drop) {
-        drop->apply_n(n * C, C, pr, vr, kept);
+        drop->apply_n(n * C, C, pr, vr);
         asm volatile("" ::: "memory");
         for (std::int64_t c = 0; c < C; ++c) vr[c] = px[c] + vr[c];
     } else {
         for (std::int64_t c = 0; c < C; ++c) vr[c] = px[c] + pr[c];
     }
-    return vr;
+}
+
+// y = (v − μ)·rstd·γ + β over one row. Not inlined: the forward pass and the output's recomputation after
+// drop_values run this one copy of the code, so the recomputed values are the forward's to the bit whatever
+// the compiler would have made of the loop in each place.
+[[gnu::noinline]] void normalize_row(std::int64_t C, const real* vr, real mu, real rstd, const real* w, const real* b,
+                                     real* y) {
+    for (std::int64_t c = 0; c < C; ++c) y[c] = (vr[c] - mu) * rstd * w[c] + b[c];
 }
 
 }  // namespace
@@ -533,37 +539,52 @@ void check_layer_norm(const char* op, const Tensor& x, const Tensor* r, const Te
 }
 
 // The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (x and r both
-// receive dv), or v = x + dropout(r) with `drop` (r receives dropout's backward of dv). A sum v is not
-// kept for backward, which computes it again from x and r (the record keeps them anyway): one pass more,
-// one (N, C) tensor less per layer norm for as long as the tape lives.
+// receive dv), or v = x + dropout(r) with `drop` (r receives dropout's backward of dv). With a residual the
+// record keeps the sum v, so that backward reads neither x's values nor r's: a post-norm stack lets the
+// sublayer's output r go after the forward (Tensor::drop_values), and the output y too, which the record
+// knows how to compute again from v and the row statistics. One (N, C) tensor a layer norm instead of two.
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
                        real eps, const DropoutDraws* drop) {  // arguments checked by the op (check_layer_norm)
     const std::int64_t C = x.shape().last(), N = x.shape().leading();
+    const bool recording = needs_grad({&x, r, &gamma, &beta});
     Tensor out = Tensor::empty(x.shape());
-    Tensor stats = Tensor::empty(Shape{N, 2});  // per row: mean, 1/σ — with x and r, all that backward needs
+    Tensor stats = Tensor::empty(Shape{N, 2});  // per row: mean, 1/σ — with v, all that backward needs
+    // v = x + (dropout of) r, kept when recording; otherwise summed row by row into a scratch row
+    Tensor sum = r && recording ? Tensor::empty(x.shape()) : Tensor();
     const real *px = x.data(), *pr = r ? r->data() : nullptr, *w = gamma.data(), *b = beta.data();
-    real *y = out.data(), *st = stats.data();
+    real *y = out.data(), *st = stats.data(), *v = sum.defined() ? sum.data() : nullptr;
 #pragma omp parallel if (N * C >= kParallelGrain)
     {
-        std::vector<real> row(pr ? C : 0);  // v of one row, when it is a sum
+        std::vector<real> row(pr && !v ? C : 0);  // v of one row, when it is a sum not kept
 #pragma omp for schedule(static)
         for (std::int64_t n = 0; n < N; ++n) {
-            const real* vr = pr ? residual_sum_row(n, C, px, pr, drop, row.data()) : px + n * C;
+            const real* vr = px + n * C;
+            if (pr) {
+                real* into = v ? v + n * C : row.data();
+                residual_sum_row(n, C, px, pr, drop, into);
+                vr = into;
+            }
             const real mu = lane_sum(C, [&](std::int64_t c) { return vr[c]; }) / real(C);
             // biased variance, as in the paper and PyTorch
             const real var = lane_sum(C, [&](std::int64_t c) { return (vr[c] - mu) * (vr[c] - mu); }) / real(C);
             const real rstd = real(1) / std::sqrt(var + eps);  // eps inside the square root
-            for (std::int64_t c = 0; c < C; ++c) y[n * C + c] = (vr[c] - mu) * rstd * w[c] + b[c];
+            normalize_row(C, vr, mu, rstd, w, b, y + n * C);
             st[2 * n] = mu;
             st[2 * n + 1] = rstd;
         }
     }
-    if (!needs_grad({&x, r, &gamma, &beta})) return out;
+    if (!recording) return out;
     std::vector<Tensor> inputs{x, gamma, beta};
     if (r) inputs.push_back(*r);
+    if (sum.defined())
+        out.recompute_with([N, C, sum, stats, gamma, beta](real* values) {  // y again, should y's values be dropped
+            const real *v = sum.data(), *st = stats.data(), *w = gamma.data(), *b = beta.data();
+#pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
+            for (std::int64_t n = 0; n < N; ++n) normalize_row(C, v + n * C, st[2 * n], st[2 * n + 1], w, b, values + n * C);
+        });
     const std::optional<DropoutDraws> dropped = drop ? std::optional<DropoutDraws>(*drop) : std::nullopt;
     const BrokenGradient broken = broken_gradient();  // None but under gradcheck/explain --break-grad
-    return record(op, out, std::move(inputs), [N, C, stats, dropped, broken](Tensor& y, std::vector<Tensor>& in) {
+    return record(op, out, std::move(inputs), [N, C, stats, sum, dropped, broken](Tensor& y, std::vector<Tensor>& in) {
         // With x̂ = (v − μ)·rstd and y = x̂·γ + β, for one row of C values:
         //   dβ_c  += g_c                 (β adds straight through)
         //   dγ_c  += g_c · x̂_c           (γ scales x̂)
@@ -571,15 +592,15 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         //   dv_c   = rstd · (dx̂_c − mean(dx̂) − x̂_c · mean(dx̂ · x̂))
         // The last line is the chain rule through μ and rstd: the mean(dx̂) term is the path through μ,
         // the x̂·mean(dx̂·x̂) term the path through the variance. dv is added to x's gradient, and to the
-        // residual's when there is one (v = x + r, computed again from x and r rather than kept).
-        const real *g = y.grad(), *px = in[0].data(), *w = in[1].data(), *st = stats.data();
-        const real* pr = in.size() > 3 ? in[3].data() : nullptr;
+        // residual's when there is one (v = x + r, kept by the forward).
+        const real *g = y.grad(), *w = in[1].data(), *st = stats.data();
+        const real* pv = sum.defined() ? sum.data() : in[0].data();  // v: the kept sum, or x itself
         const DropoutDraws* drop = dropped ? &*dropped : nullptr;
         // Every row gives each value of dx and dr one contribution; x and r may be one tensor (x + x), then
         // dr, taken second, adds to what dx wrote in the same iteration.
         const GradTarget none{nullptr, false};
         const GradTarget dx = in[0].requires_grad() ? in[0].grad_target() : none;
-        const GradTarget dr = in.size() > 3 && in[3].requires_grad() ? in[3].grad_target() : none;
+        const GradTarget dr = sum.defined() && in[3].requires_grad() ? in[3].grad_target() : none;
         real* dw = in[1].requires_grad() ? in[1].grad() : nullptr;
         real* db = in[2].requires_grad() ? in[2].grad() : nullptr;
         // γ and β gradients sum over rows: each block of kRowBlock rows sums into its own partial, and the
@@ -590,17 +611,17 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
         std::vector<real> partial(std::size_t(blocks) * 2 * C, real(0));  // per block: dγ (C), dβ (C)
 #pragma omp parallel if (N * C >= kParallelGrain)
         {
-            std::vector<real> row(pr ? C : 0);
-            // the row's dropout mask, drawn once for v and dr; 32-bit flags, as wide as the floats they select, so
-            // that the loop below vectorises
-            std::vector<std::uint32_t> kept(drop ? C : 0);
+            // the row's dropout mask for dr; 32-bit flags, as wide as the floats they select, so that the loop below
+            // vectorises
+            std::vector<std::uint32_t> kept(drop && dr.data ? C : 0);
 #pragma omp for schedule(static)
             for (std::int64_t blk = 0; blk < blocks; ++blk) {
                 real* dw_part = partial.data() + std::size_t(blk) * 2 * C;
                 real* db_part = dw_part + C;
                 for (std::int64_t n = blk * kRowBlock; n < std::min(N, (blk + 1) * kRowBlock); ++n) {
                     const real* gr = g + n * C;
-                    const real* vr = pr ? residual_sum_row(n, C, px, pr, drop, row.data(), kept.data()) : px + n * C;
+                    const real* vr = pv + n * C;
+                    if (!kept.empty()) drop->keep_flags_n(n * C, C, kept.data());
                     const real mu = st[2 * n], rstd = st[2 * n + 1];
                     for (std::int64_t c = 0; c < C; ++c) {
                         dw_part[c] += gr[c] * (vr[c] - mu) * rstd;

@@ -281,27 +281,21 @@ struct DropoutDraws {
           threshold(static_cast<std::uint64_t>(double(p) * 0x1.0p53)), keep_scale(real(1) / (real(1) - p)) {}
     bool keeps(std::int64_t i) const { return (hash64(seed, base + std::uint64_t(i)) >> 11) >= threshold; }
     real apply(std::int64_t i, real v) const { return keeps(i) ? v * keep_scale : real(0); }
-    // y[j] = apply(first + j, x[j]) for j in [0, n); y may be x; with `kept`, kept[j] = 1 where the value
-    // survived, else 0 (32-bit flags, as wide as the floats they select later). apply's bits, but the loop
-    // vectorises: the fields are read into locals first (in a loop over apply or keeps, GCC reloads them from
-    // a shared object in every iteration and keeps a branch per value: attention's draws ran scalar, 3.8 ns a
-    // value on Zen 5).
-    void apply_n(std::int64_t first, std::int64_t n, const real* x, real* y, std::uint32_t* kept = nullptr) const {
-        if (kept) apply_loop<true>(first, n, x, y, kept);
-        else apply_loop<false>(first, n, x, y, nullptr);
-    }
-
-private:
-    template <bool kFlags>
-    void apply_loop(std::int64_t first, std::int64_t n, const real* x, real* y, std::uint32_t* kept) const {
+    // y[j] = apply(first + j, x[j]) for j in [0, n); y may be x. apply's bits, but the loop vectorises: the
+    // fields are read into locals first (in a loop over apply or keeps, GCC reloads them from a shared object in
+    // every iteration and keeps a branch per value: attention's draws ran scalar, 3.8 ns a value on Zen 5).
+    void apply_n(std::int64_t first, std::int64_t n, const real* x, real* y) const {
         const std::uint64_t s = seed, at = base + std::uint64_t(first), th = threshold;
         const real k = keep_scale;
 #pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j) {
-            const bool keep = (hash64(s, at + std::uint64_t(j)) >> 11) >= th;
-            if constexpr (kFlags) kept[j] = keep;
-            y[j] = keep ? x[j] * k : real(0);
-        }
+        for (std::int64_t j = 0; j < n; ++j) y[j] = (hash64(s, at + std::uint64_t(j)) >> 11) >= th ? x[j] * k : real(0);
+    }
+    // kept[j] = 1 where value first + j survives, else 0, for j in [0, n): keeps() as 32-bit flags, as wide as
+    // the floats they select later, so that a loop over both vectorises.
+    void keep_flags_n(std::int64_t first, std::int64_t n, std::uint32_t* kept) const {
+        const std::uint64_t s = seed, at = base + std::uint64_t(first), th = threshold;
+#pragma omp simd
+        for (std::int64_t j = 0; j < n; ++j) kept[j] = (hash64(s, at + std::uint64_t(j)) >> 11) >= th;
     }
 };
 

@@ -139,12 +139,35 @@ GradTarget Tensor::grad_target() {
 GradTarget Tensor::grad_over_value() {
     Storage& s = *storage_;
     const bool whole = offset_ == 0 && static_cast<std::size_t>(numel()) == s.size;
-    if (!whole || s.is_leaf || (s.grad && !s.grad_stale) || storage_.use_count() > 2) return {nullptr, false};
+    if (!whole || s.is_leaf || (s.grad && !s.grad_stale) || storage_.use_count() > 2 || !s.data) return {nullptr, false};
     pool_free(s.grad);
     s.grad = s.data;
     s.data = nullptr;
     s.grad_stale = false;
     return {s.grad, true};
+}
+
+void Tensor::recompute_with(std::function<void(real* values)> fill) { storage_->recompute = std::move(fill); }
+
+void Tensor::drop_values() {
+    Storage& s = *storage_;
+    if (s.is_leaf || s.shape_only) throw std::logic_error("drop_values: only an op's output can let its values go");
+    pool_free(s.data);
+    s.data = nullptr;
+    s.values_dropped = true;
+}
+
+real* Tensor::values_elsewhere() const {
+    Storage& s = *storage_;
+    if (!s.values_dropped) return nullptr;  // shape-only, or the buffer became the gradient's (grad_over_value)
+    if (!s.recompute)
+        throw std::logic_error("a tensor's values were read after drop_values(), and nothing can compute them again");
+    // Not for a parallel region: backward() computes a record's inputs before its closure runs.
+    real* values = pool_alloc(s.size);
+    s.recompute(values);
+    s.data = values;
+    s.values_dropped = false;
+    return s.data + offset_;
 }
 
 std::vector<real> Tensor::grad_vector() const {

@@ -141,15 +141,20 @@ TEST_CASE("determinism: a model's loss and every gradient give the same bits on 
             target[b * T + i] = i < t_len ? 4 + std::int32_t(data.below(496)) : 0;
         }
     }
-    auto step = [&](bool fuse_attention) {
+    // `peak`: the most the tensors asked for, beyond what the model held, from the forward to the backward's end
+    auto step = [&](bool fuse_attention, bool recompute_norms = false, std::size_t* peak = nullptr) {
         tf::Transformer model(config, 11);
         tf::Rng dropout(5);
         tf::Pass pass;
         pass.dropout_rng = &dropout;
         pass.fuse_attention = fuse_attention;
+        pass.recompute_norms = recompute_norms;
+        tf::pool_reset_peak();
+        const std::size_t held = tf::pool_stats().bytes_asked;
         Tensor logits = model.forward(src, B, S, dec_in, T, pass);
         Tensor loss = tf::sequence_loss(logits, target, 0, real(0.1));
         tf::backward(loss);
+        if (peak) *peak = tf::pool_stats().peak_bytes_asked - held;
         std::vector<std::vector<real>> out{loss.to_vector()};
         for (const auto& p : model.parameters()) out.emplace_back(p.tensor.grad(), p.tensor.grad() + p.tensor.numel());
         return out;
@@ -167,6 +172,29 @@ TEST_CASE("determinism: a model's loss and every gradient give the same bits on 
             return fused;
         });
     }
+    SECTION("and post-norm sublayers that let values go (Pass::recompute_norms) give the same bits, with two (B, L, C) "
+            "tensors less a layer norm at the peak but at the stacks' ends") {
+        std::size_t kept_peak = 0, recomputing_peak = 0;
+        const std::vector<std::vector<real>> kept = step(true, false, &kept_peak);
+        check_same_on_every_thread_count([&] {
+            const std::vector<std::vector<real>> recomputing = step(true, true, &recomputing_peak);
+            REQUIRE(recomputing.size() == kept.size());
+            for (std::size_t i = 0; i < kept.size(); ++i) {
+                INFO("result " << i << " (0: the loss, then the parameters' gradients)");
+                CHECK(recomputing[i] == kept[i]);
+            }
+            return recomputing;
+        });
+        // The peak comes in the output layer's backward, while the forward's activations are all there. Each Add &
+        // Norm's record keeps its sum either way; letting values go drops two more a norm, the sublayer's output and
+        // the norm's input, but for the input of each stack's first layer (the embeddings: no norm's output) and the
+        // output of its last (the encoder's, which every cross-attention reads; the decoder's, which the output
+        // layer reads at the peak). Against the code before the sums were kept: one tensor less a norm.
+        const std::int64_t L = config.enc_layers, C = config.d_model;
+        const std::size_t at_least = sizeof(real) * C * ((2 * 2 * L - 2) * B * S + (2 * 3 * L - 2) * B * T);
+        INFO("peak asked " << kept_peak << " bytes keeping every value, " << recomputing_peak << " recomputing");
+        CHECK(kept_peak >= recomputing_peak + at_least);
+    }
 }
 
 TEST_CASE("determinism: a model's gradients do not depend on what the buffers held before (ops that overwrite a "
@@ -176,7 +204,8 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
     // projection, then added to by the embedding), an output bias, pre-norm, GELU, padded rows that the
     // loss ignores, dropout. Two steps with zero_grad between them: the second one overwrites stale buffers.
     // Variant 2 runs as training does: attention as the fused op (which writes the gradients of the
-    // projections its heads cover whole) and the loss's gradient computed in its forward over the logits.
+    // projections its heads cover whole), the loss's gradient computed in its forward over the logits, and the
+    // layer norms' outputs dropped after the forward and written again in backward.
     for (const int variant : {0, 1, 2}) {
         tf::ModelConfig config;
         config.src_vocab = config.tgt_vocab = 300;
@@ -201,6 +230,7 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
             tf::Pass pass;
             pass.dropout_rng = &dropout;
             pass.fuse_attention = variant == 2;
+            pass.recompute_norms = variant == 2;
             std::vector<std::vector<real>> out;
             for (int step = 0; step < 2; ++step) {
                 std::vector<std::int32_t> src(B * S), dec_in(B * T), target(B * T);

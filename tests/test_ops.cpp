@@ -788,6 +788,26 @@ TEST_CASE("ops: relu_dropout and add_dropout_layer_norm give the numbers of the 
         }
         CHECK(a.offset == b.offset);
     }
+    SECTION("add_dropout_layer_norm with its inputs' values and its output's dropped: the output computed again to "
+            "the bit, the same gradients") {
+        tf::Rng a(11, 5), b(11, 5);
+        const auto kept = grads_of({random(1), random(2)}, [&](auto& x, tf::Rng& r) {
+            return tf::add_dropout_layer_norm(x[0], x[1], p, r, gamma, beta);
+        }, a);
+        const auto dropped = grads_of({random(1), random(2)}, [&](auto& x, tf::Rng& r) {
+            Tensor in = tf::scale(x[0], 1), residual = tf::scale(x[1], 1);  // ops' outputs, as in a sublayer
+            Tensor y = tf::add_dropout_layer_norm(in, residual, p, r, gamma, beta);
+            REQUIRE(y.recomputable());
+            // Nothing can compute the inputs again: the norm's backward must not read them (a read would throw).
+            for (Tensor* t : {&in, &residual, &y}) t->drop_values();
+            return y;  // the loss's forward reads y: computed again from the sum the record kept
+        }, b);
+        REQUIRE(kept.size() == dropped.size());
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+            INFO("output 0, gradients of the inputs 1, 2: " << k);
+            CHECK(kept[k] == dropped[k]);
+        }
+    }
     SECTION("without training or with p = 0 they are the plain ops") {
         tf::Rng a(11, 5);
         const Tensor x = random(1), r = random(2);

@@ -1,6 +1,7 @@
 // Tensor and Shape: extents, views, factories and the caching pool behind every buffer (tensor.h, pool.h).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -178,6 +179,33 @@ TEST_CASE("Tensor: grad_target hands out a gradient not yet written to be overwr
     CHECK_FALSE(row.overwrite);
     CHECK(a.grad_vector() == std::vector<real>(6, real(0)));
     CHECK(a.reshape({6}).grad_target().overwrite == false);  // the whole storage, but no longer stale
+}
+
+TEST_CASE("Tensor: dropped values go back to the pool and return through recompute_with, and without it a read throws",
+          "[tensor]") {
+    Tensor y = Tensor::full({3, 50}, real(2));
+    y.mark_non_leaf();  // as an op's output
+    y.grad()[0] = real(5);
+    CHECK_FALSE(y.recomputable());
+    y.recompute_with([](real* values) { std::fill(values, values + 150, real(2)); });
+    CHECK(y.recomputable());
+    const std::size_t asked = tf::pool_stats().bytes_asked;
+    y.drop_values();
+    CHECK(y.values_dropped());
+    CHECK(tf::pool_stats().bytes_asked == asked - 150 * sizeof(real));  // the values' buffer, not the gradient's
+    CHECK(y.grad_vector()[0] == real(5));
+    const Tensor row = y.rows(1, 2);  // a view reads its part of the recomputed storage
+    CHECK(row.to_vector() == std::vector<real>(50, real(2)));
+    CHECK_FALSE(y.values_dropped());
+    CHECK(tf::pool_stats().bytes_asked == asked);
+
+    Tensor spent = Tensor::full({4}, real(1));
+    spent.mark_non_leaf();
+    spent.drop_values();
+    CHECK_THROWS_AS(spent.data(), std::logic_error);
+    Tensor leaf = Tensor::full({4}, real(1));  // a user's tensor is never dropped
+    CHECK_THROWS_AS(leaf.drop_values(), std::logic_error);
+    CHECK(leaf.to_vector() == std::vector<real>(4, real(1)));
 }
 
 TEST_CASE("Pool: a freed buffer is re-used for the same size", "[tensor]") {

@@ -79,8 +79,10 @@ Tensor log_softmax(const Tensor& a);
 // y = (x − mean) / sqrt(var + eps) · gamma + beta over the last axis C; var is the biased variance.
 // x: (..., C), gamma, beta: (C).
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, real eps = real(1e-5));
-// layer_norm(x + residual, gamma, beta): a post-norm sublayer's "Add & Norm" in one op (one pass, no
-// separate sum and gradient buffers). x and residual have the same shape.
+// layer_norm(x + residual, gamma, beta): a post-norm sublayer's "Add & Norm" in one op (one pass, one
+// gradient for both). x and residual have the same shape. The record keeps the sum x + residual, so backward
+// reads neither input's values, and the output's values may be dropped (Tensor::drop_values): they are
+// computed again from the sum when read.
 Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& gamma, const Tensor& beta,
                       real eps = real(1e-5));
 // layer_norm(x + dropout(residual, p)): the post-norm sublayer's dropout, residual add and norm in one op.

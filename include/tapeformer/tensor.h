@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -46,6 +47,10 @@ struct Storage {
     bool requires_grad = false;
     bool is_leaf = true;        // created by the user, not by an op: keeps .grad after backward
     bool shape_only = false;    // made inside a ShapeOnly scope: no values (data is null)
+    // Values given back to the pool while the tensor lives on (Tensor::drop_values): data is null, and
+    // `recompute` (when set) writes all `size` values again on the next read.
+    bool values_dropped = false;
+    std::function<void(real* values)> recompute;
     explicit Storage(std::size_t n);
     Storage(std::size_t n, bool shape_only);
     ~Storage();
@@ -95,8 +100,8 @@ public:
     int rank() const { return shape_.rank; }
     std::int64_t numel() const { return shape_.numel(); }
 
-    real* data() { return storage_->data + offset_; }
-    const real* data() const { return storage_->data + offset_; }
+    real* data() { return storage_->data ? storage_->data + offset_ : values_elsewhere(); }
+    const real* data() const { return storage_->data ? storage_->data + offset_ : values_elsewhere(); }
     real item() const;                      // the value of a one-element tensor
     std::vector<real> to_vector() const;
 
@@ -119,6 +124,16 @@ public:
     void zero_grad();                       // the gradient reads as zeros again; keeps the buffer
     void release_grad();                    // no gradient any more: the buffer goes back to the pool (a view
                                             // of part of its storage only zeroes its part, as zero_grad)
+    // Activation memory: an op's output that backward needs, but that can be computed again cheaply from what
+    // backward keeps anyway, need not stay in memory from the forward pass to the backward one (PyTorch's
+    // activation checkpointing, one tensor at a time). recompute_with says how to compute the whole storage's
+    // values again; drop_values gives the value buffer back to the pool (the gradient is untouched). The next
+    // read of data() then computes the values again into a fresh buffer when the storage knows how, and throws
+    // std::logic_error when it does not (values dropped because nothing was going to read them).
+    void recompute_with(std::function<void(real* values)> fill);
+    bool recomputable() const { return storage_ && storage_->recompute != nullptr; }
+    void drop_values();
+    bool values_dropped() const { return storage_ && storage_->values_dropped; }
     bool is_leaf() const { return storage_->is_leaf; }
     void mark_non_leaf() { storage_->is_leaf = false; }
 
@@ -135,6 +150,7 @@ public:
 
 private:
     std::shared_ptr<Storage> storage_;
+    real* values_elsewhere() const;  // data() when data is null: none (shape-only), or dropped ones
     Shape shape_;
     std::int64_t offset_ = 0;  // first element of this view inside the storage
 };

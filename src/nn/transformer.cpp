@@ -338,6 +338,11 @@ Tensor sublayer_connection(const Layer* layer, const LayerNorm& norm, const Tens
     if (ln && post && layer->residual) {
         Tensor y = add_dropout_layer_norm(x, out, p, pass, norm.weight, norm.bias, norm.eps);  // (B, T, C)
         pass.probe(&norm, "add_norm", y);
+        if (pass.recompute_norms && !pass.observer && y.recomputable()) {  // the norm's record kept x + out
+            Tensor spent = out, input = x;
+            spent.drop_values();                                 // nothing reads it again, not even the norm's backward
+            if (input.recomputable()) input.drop_values();       // an earlier norm's output: computed again when read
+        }
         return y;
     }
     Tensor y = dropout(out, p, pass);  // (B, T, C)
