@@ -1,5 +1,5 @@
 // Caching buffer pool: cached buffers by capacity and by age; what it holds, in use and cached, bounded by the
-// peak in use and an eighth of the swing below it. See pool.h.
+// peak in use and a seventh of the swing below it. See pool.h.
 #include "tapeformer/pool.h"
 
 #include <algorithm>
@@ -69,14 +69,16 @@ struct Pool {
         by_size.erase(it);
     }
     // Before asking the system for `bytes` more: gives the least recently freed buffers back until what the
-    // pool holds, in use and cached, fits within the peak in use and an eighth of the swing below it (or the
+    // pool holds, in use and cached, fits within the peak in use and a seventh of the swing below it (or the
     // new peak, if this request makes one). The swing, the peak minus the least in use since, is what a
     // training step allocates and frees (its activations and gradients); the weights and Adam's moments, held
     // all along, need no room to spare. With no room at all, a training step gave back and asked again for 68
-    // buffers every step, 6% of its time; with an eighth, none (the benchmark's model; bench/README.md).
+    // buffers every step, 6% of its time; with an eighth, none, until post-norm training let the norms' values
+    // go and the peak fell below the gradients and cached activations at backward's end: an eighth then gave
+    // the logits' buffer back every step, a seventh none (the benchmark's models; bench/README.md).
     void make_room(std::size_t bytes) {
         const std::size_t peak = stats.peak_bytes_in_use;
-        const std::size_t bound = std::max(peak + (peak - low_since_peak) / 8, stats.bytes_in_use + bytes);
+        const std::size_t bound = std::max(peak + (peak - low_since_peak) / 7, stats.bytes_in_use + bytes);
         while (!by_age.empty() && stats.bytes_in_use + stats.bytes_cached + bytes > bound) give_back_oldest();
     }
     // Gives the least recently freed buffers back until the cache is within the peak in use.

@@ -302,13 +302,13 @@ static double ever_new_sizes(std::size_t base) {
         const tf::PoolStats s = tf::pool_stats();
         INFO("size " << i << ": in use " << s.bytes_in_use << ", cached " << s.bytes_cached << ", peak " << s.peak_bytes_in_use);
         CHECK(s.bytes_cached <= s.peak_bytes_in_use);
-        CHECK(s.bytes_in_use + s.bytes_cached <= s.peak_bytes_in_use + (s.peak_bytes_in_use - base) / 8);
+        CHECK(s.bytes_in_use + s.bytes_cached <= s.peak_bytes_in_use + (s.peak_bytes_in_use - base) / 7);
     }
     return n / 1.05;
 }
 
 TEST_CASE("Pool: buffers of ever new sizes do not pile up: what it holds stays within the peak in use and "
-          "an eighth of the swing",
+          "a seventh of the swing",
           "[tensor]") {
     tf::pool_release_cached();
     SECTION("nothing else held") {
@@ -321,7 +321,7 @@ TEST_CASE("Pool: buffers of ever new sizes do not pile up: what it holds stays w
     SECTION("16 MiB held all along") {
         // A model's weights and Adam's moments stay in use from step to step; only the activations and
         // gradients come and go. A room of a sixteenth of the peak (the bound before) would let about 1 MiB of
-        // the sizes pile up in the cache; an eighth of the swing, under 0.2 MiB.
+        // the sizes pile up in the cache; a seventh of the swing, under 0.2 MiB.
         const Tensor held = Tensor::zeros({4 << 20});
         tf::pool_reset_peak();
         ever_new_sizes(tf::pool_stats().bytes_in_use);

@@ -2,7 +2,7 @@
 // second and later training steps allocate (almost) nothing from the system. Sizes are rounded up to at
 // most 1/8 more, and a request takes the smallest cached buffer up to twice its size, so batches of
 // different lengths share buffers. What the pool holds, in use and cached, stays within the peak in use
-// and an eighth of the swing below it (the peak minus the least in use since: what a training step
+// and a seventh of the swing below it (the peak minus the least in use since: what a training step
 // allocates and frees): a request the cache cannot serve first gives the least recently freed buffers
 // back to the system.
 #pragma once
