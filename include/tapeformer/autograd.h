@@ -3,8 +3,10 @@
 // While recording, every differentiable op appends one record (its name, inputs, output and a backward
 // closure) to the tape. backward(loss) seeds d loss/d loss = 1 and walks the tape from the end to the
 // start, each closure adding (+=) its contribution to its inputs' gradients. A tensor used twice thus
-// gets the sum of both contributions. Afterwards the tape is cleared (its vector keeps its capacity)
-// and the intermediate tensors return their memory to the pool for the next step.
+// gets the sum of both contributions. An input whose values were dropped after the forward pass
+// (Tensor::drop_values) is computed again just before the first closure that reads it. Afterwards the tape
+// is cleared (its vector keeps its capacity) and the intermediate tensors return their memory to the pool
+// for the next step.
 #pragma once
 #include <functional>
 #include <vector>
