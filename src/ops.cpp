@@ -541,8 +541,8 @@ void check_layer_norm(const char* op, const Tensor& x, const Tensor* r, const Te
 // The kernel of the three ops: y = LN(v) with v = x, or v = x + r when a residual r is given (x and r both
 // receive dv), or v = x + dropout(r) with `drop` (r receives dropout's backward of dv). With a residual the
 // record keeps the sum v, so that backward reads neither x's values nor r's: a post-norm stack lets the
-// sublayer's output r go after the forward (Tensor::drop_values), and the output y too, which the record
-// knows how to compute again from v and the row statistics. One (N, C) tensor a layer norm instead of two.
+// sublayer's output r go after the forward (Tensor::drop_values). The output y may go too: the record knows
+// how to compute it again from v (or x) and the row statistics. One (N, C) tensor a layer norm instead of two.
 Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const Tensor& gamma, const Tensor& beta,
                        real eps, const DropoutDraws* drop) {  // arguments checked by the op (check_layer_norm)
     const std::int64_t C = x.shape().last(), N = x.shape().leading();
@@ -576,12 +576,12 @@ Tensor layer_norm_impl(const char* op, const Tensor& x, const Tensor* r, const T
     if (!recording) return out;
     std::vector<Tensor> inputs{x, gamma, beta};
     if (r) inputs.push_back(*r);
-    if (sum.defined())
-        out.recompute_with([N, C, sum, stats, gamma, beta](real* values) {  // y again, should y's values be dropped
-            const real *v = sum.data(), *st = stats.data(), *w = gamma.data(), *b = beta.data();
+    // y again, should its values be dropped: from the kept sum, or from x, which backward reads anyway
+    out.recompute_with([N, C, v = sum.defined() ? sum : x, stats, gamma, beta](real* values) {
+        const real *pv = v.data(), *st = stats.data(), *w = gamma.data(), *b = beta.data();
 #pragma omp parallel for schedule(static) if (N * C >= kParallelGrain)
-            for (std::int64_t n = 0; n < N; ++n) normalize_row(C, v + n * C, st[2 * n], st[2 * n + 1], w, b, values + n * C);
-        });
+        for (std::int64_t n = 0; n < N; ++n) normalize_row(C, pv + n * C, st[2 * n], st[2 * n + 1], w, b, values + n * C);
+    });
     const std::optional<DropoutDraws> dropped = drop ? std::optional<DropoutDraws>(*drop) : std::nullopt;
     const BrokenGradient broken = broken_gradient();  // None but under gradcheck/explain --break-grad
     return record(op, out, std::move(inputs), [N, C, stats, sum, dropped, broken](Tensor& y, std::vector<Tensor>& in) {

@@ -172,28 +172,36 @@ TEST_CASE("determinism: a model's loss and every gradient give the same bits on 
             return fused;
         });
     }
-    SECTION("and post-norm sublayers that let values go (Pass::recompute_norms) give the same bits, with two (B, L, C) "
-            "tensors less a layer norm at the peak but at the stacks' ends") {
-        std::size_t kept_peak = 0, recomputing_peak = 0;
-        const std::vector<std::vector<real>> kept = step(true, false, &kept_peak);
-        check_same_on_every_thread_count([&] {
-            const std::vector<std::vector<real>> recomputing = step(true, true, &recomputing_peak);
-            REQUIRE(recomputing.size() == kept.size());
-            for (std::size_t i = 0; i < kept.size(); ++i) {
-                INFO("result " << i << " (0: the loss, then the parameters' gradients)");
-                CHECK(recomputing[i] == kept[i]);
-            }
-            return recomputing;
-        });
-        // The peak comes in the output layer's backward, while the forward's activations are all there. Each Add &
-        // Norm's record keeps its sum either way; letting values go drops two more a norm, the sublayer's output and
-        // the norm's input, but for the input of each stack's first layer (the embeddings: no norm's output) and the
-        // output of its last (the encoder's, which every cross-attention reads; the decoder's, which the output
-        // layer reads at the peak). Against the code before the sums were kept: one tensor less a norm.
-        const std::int64_t L = config.enc_layers, C = config.d_model;
-        const std::size_t at_least = sizeof(real) * C * ((2 * 2 * L - 2) * B * S + (2 * 3 * L - 2) * B * T);
-        INFO("peak asked " << kept_peak << " bytes keeping every value, " << recomputing_peak << " recomputing");
-        CHECK(kept_peak >= recomputing_peak + at_least);
+    SECTION("and sublayers that let values go (Pass::recompute_norms) give the same bits, with two (B, L, C) tensors "
+            "less a sublayer at the peak but at the stacks' ends (post-norm)") {
+        for (const tf::NormPosition norm : {tf::NormPosition::Post, tf::NormPosition::Pre}) {
+            config.norm = norm;
+            const bool post = norm == tf::NormPosition::Post;
+            INFO((post ? "post-norm" : "pre-norm"));
+            std::size_t kept_peak = 0, recomputing_peak = 0;
+            const std::vector<std::vector<real>> kept = step(true, false, &kept_peak);
+            check_same_on_every_thread_count([&] {
+                const std::vector<std::vector<real>> recomputing = step(true, true, &recomputing_peak);
+                REQUIRE(recomputing.size() == kept.size());
+                for (std::size_t i = 0; i < kept.size(); ++i) {
+                    INFO("result " << i << " (0: the loss, then the parameters' gradients)");
+                    CHECK(recomputing[i] == kept[i]);
+                }
+                return recomputing;
+            });
+            // The peak comes near the start of backward, while the forward's activations are all there. Each
+            // sublayer lets two values go. Post-norm: the sublayer's output and the Add & Norm's input (its record
+            // keeps the sum either way), but for the input of each stack's first layer (the embeddings: no norm's
+            // output) and the output of its last (the encoder's, which every cross-attention reads; the decoder's,
+            // which the output layer reads at the peak). Pre-norm: the norm's output, computed again from its
+            // input, and the sublayer's output, of which dropout made a copy; its peak (measured: 2 decoder
+            // tensors short of all) is held to the same bound, two tensors of each stack short of all.
+            const std::int64_t L = config.enc_layers, C = config.d_model;
+            const std::size_t at_least = sizeof(real) * C * ((2 * 2 * L - 2) * B * S + (2 * 3 * L - 2) * B * T);
+            INFO("peak asked " << kept_peak << " bytes keeping every value, " << recomputing_peak << " recomputing");
+            CHECK(kept_peak >= recomputing_peak + at_least);
+        }
+        config.norm = tf::NormPosition::Post;
     }
 }
 
@@ -204,8 +212,8 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
     // projection, then added to by the embedding), an output bias, pre-norm, GELU, padded rows that the
     // loss ignores, dropout. Two steps with zero_grad between them: the second one overwrites stale buffers.
     // Variant 2 runs as training does: attention as the fused op (which writes the gradients of the
-    // projections its heads cover whole), the loss's gradient computed in its forward over the logits, and the
-    // layer norms' outputs dropped after the forward and written again in backward.
+    // projections its heads cover whole) and the loss's gradient computed in its forward over the logits.
+    // Variants 1 and 2 drop the layer norms' outputs after the forward and write them again in backward.
     for (const int variant : {0, 1, 2}) {
         tf::ModelConfig config;
         config.src_vocab = config.tgt_vocab = 300;
@@ -230,7 +238,7 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
             tf::Pass pass;
             pass.dropout_rng = &dropout;
             pass.fuse_attention = variant == 2;
-            pass.recompute_norms = variant == 2;
+            pass.recompute_norms = variant != 0;
             std::vector<std::vector<real>> out;
             for (int step = 0; step < 2; ++step) {
                 std::vector<std::int32_t> src(B * S), dec_in(B * T), target(B * T);

@@ -54,11 +54,13 @@ struct Pass {
     // of the composed ops a reader of the tape sees; where it applies (dot-product scores, no cache, no
     // observer, every head's gate 1 and not trained). Training and bench train turn it on.
     bool fuse_attention = false;
-    // Post-norm sublayers let values go once their Add & Norm has run and nothing in the forward reads them
-    // again: the sublayer's output (the norm's record keeps the sum instead) and the layer's input when it is
-    // an earlier norm's output (backward computes it again from that norm's sum: Tensor::drop_values). About
-    // one (B, T, C) tensor less per layer norm from the forward to the backward, for one more pass over it.
-    // Where there is no observer (it may hold those tensors). Training and bench train turn it on.
+    // Sublayers let values go once nothing in the forward reads them again. Post-norm: the sublayer's output
+    // (the Add & Norm's record keeps the sum instead) and the layer's input when it is an earlier norm's output
+    // (backward computes it again from that norm's sum: Tensor::drop_values). Pre-norm: the norm's output
+    // (computed again from its input) and the sublayer's output once dropout has copied it. One (B, T, C)
+    // tensor less per post-norm layer norm from the forward to the backward, two per pre-norm sublayer, for one
+    // more pass over each. Where there is no observer (it may hold those tensors). Training and bench train
+    // turn it on.
     bool recompute_norms = false;
     bool training() const { return dropout_rng != nullptr; }
     // A module reports `value` under `name`: to the observer if there is one.
