@@ -336,20 +336,21 @@ Tensor sublayer_connection(const Layer* layer, const LayerNorm& norm, const Tens
     }
     Tensor out = sublayer(in);  // (B, T, C)
     // Pass::recompute_norms: the values no later step of the forward reads, and backward either does not read
-    // or computes again from what it keeps (a norm's output: Tensor::drop_values)
+    // or computes again from what it keeps (a norm's output: Tensor::drop_values); recorded outputs only (a
+    // leaf is a tensor no op on the tape made)
     const bool let_go = pass.recompute_norms && !pass.observer;
     if (ln && post && layer->residual) {
         Tensor y = add_dropout_layer_norm(x, out, p, pass, norm.weight, norm.bias, norm.eps);  // (B, T, C)
         pass.probe(&norm, "add_norm", y);
         if (let_go && y.recomputable()) {  // the norm's record kept x + dropout(out)
-            out.drop_values();                               // nothing reads it again, not even the norm's backward
+            if (!out.is_leaf()) out.drop_values();           // nothing reads it again, not even the norm's backward
             Tensor input = x;
             if (input.recomputable()) input.drop_values();   // an earlier norm's output: computed again when read
         }
         return y;
     }
     Tensor y = dropout(out, p, pass);  // (B, T, C)
-    if (let_go && !y.same_storage(out) && out.requires_grad()) out.drop_values();  // dropout's backward reads its draws only
+    if (let_go && !y.same_storage(out) && !out.is_leaf()) out.drop_values();  // dropout's backward reads its draws only
     if (let_go && !in.same_storage(x) && in.recomputable()) in.drop_values();  // pre-norm: LN(x), computed again from x
     if (layer->residual) {
         y = add(x, y);  // (B, T, C)
