@@ -1,8 +1,16 @@
 // bench_matmul: how fast is tf::matmul next to raw cblas_sgemm on the products the default model runs
-// (B=64, T=20, C=256, H=4, D=64, F=1024, V=8000)? For each shape it times the op's forward and its backward
-// and the same products made with cblas_sgemm directly, and prints GFLOP/s and their ratio (library / raw).
+// (B=64, T=20, C=256, H=4, D=64, F=1024, V=8000), and on one large square product (the hardware's rate)?
+// For each shape it times the op's forward and its backward and the same products made with cblas_sgemm
+// directly, and prints GFLOP/s and their ratio (library / raw).
 //
-//   bench_matmul [--threads N] [--reps N] [--min-time S] [--only TEXT] [--json]
+// With --precision bf16 the op runs as `--precision bf16` training runs it (operands rounded to bf16 per
+// call, tiles on oneDNN) and the raw side is oneDNN's own bf16 matmul at its best: operands already bf16,
+// the weights side reordered once into the layout the kernel asks for, one primitive over all threads. That
+// is the anchor of issue #32 §1 — on an AMX CPU, AMX's rate for each shape — as sgemm is for fp32.
+// (--raw onednn gives the fp32 products the same treatment.)
+//
+//   bench_matmul [--threads N] [--precision fp32|bf16] [--raw sgemm|onednn] [--reps N] [--min-time S]
+//                [--only TEXT] [--json]
 //
 // Backward is timed by calling the matmul's tape record directly — the closure tf::backward runs for it —
 // with the upstream gradient dC already in the output's gradient buffer: exactly the two gradient products
@@ -17,6 +25,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -24,6 +33,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
@@ -40,6 +50,8 @@ struct Options {
     int warmup = 2;         // untimed runs first (pool buffers, BLAS buffers, caches)
     std::string only;       // run only the cases whose name contains this
     bool json = false;      // one JSON object per row instead of the table
+    tf::Precision precision = tf::Precision::FP32;  // the op's precision: FP32 or BF16
+    bool raw_onednn = false;  // the raw side: oneDNN's matmul (always in bf16) rather than cblas_sgemm
 };
 
 // One product as the model runs it: op(a) · op(b), shapes as the library sees them.
@@ -124,6 +136,93 @@ void raw_backward(const Gemms& g, RawBuffers& m, bool parallel) {
     }
 }
 
+// ---- raw oneDNN ------------------------------------------------------------------------------------------
+// One product of a raw pass as oneDNN's matmul at its best: dst (+)= src · weights, with src and weights
+// converted once to the data type (bf16 or f32) in their stored layout, the weights then reordered into the
+// layout the kernel prefers (format any), and one primitive over all of OpenMP's threads. Only execute() is
+// timed.
+
+// A (rows, cols) matrix, `batch` of them `step` apart, at p with the given strides: a view of one of the
+// float buffers, transposed by swapping the strides.
+struct View {
+    float* p;
+    std::int64_t batch, rows, cols, row_stride, col_stride, step;
+    View t() const { return {p, batch, cols, rows, col_stride, row_stride, step}; }
+    dnnl::memory::desc desc(dnnl::memory::data_type type) const {
+        if (batch == 1) return {{rows, cols}, type, dnnl::memory::dims{row_stride, col_stride}};
+        return {{batch, rows, cols}, type, dnnl::memory::dims{step, row_stride, col_stride}};
+    }
+};
+
+// op(X) of a product's operand X stored (rows, cols) with row stride ld: the stored matrix, or its transpose.
+View stored(float* p, std::int64_t batch, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t step,
+            bool transposed) {
+    const View v{p, batch, rows, cols, ld, 1, step};
+    return transposed ? v.t() : v;
+}
+
+const dnnl::engine& engine() {
+    static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+class RawProduct {
+  public:
+    RawProduct(const View& src, const View& weights, const View& dst, float beta, dnnl::memory::data_type type) {
+        using dt = dnnl::memory::data_type;
+        dnnl::primitive_attr attr;
+        if (beta != 0.0f) {
+            dnnl::post_ops ops;
+            ops.append_sum(beta);
+            attr.set_post_ops(ops);
+        }
+        const dnnl::memory::desc w_any = weights.batch == 1
+            ? dnnl::memory::desc({weights.rows, weights.cols}, type, dnnl::memory::format_tag::any)
+            : dnnl::memory::desc({weights.batch, weights.rows, weights.cols}, type, dnnl::memory::format_tag::any);
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src.desc(type), w_any, dst.desc(dt::f32)), attr, engine());
+        kernel_ = pd.impl_info_str();
+        matmul_ = dnnl::matmul(pd);
+        dnnl::stream stream(engine());
+        dnnl::memory src_f32(src.desc(dt::f32), engine(), src.p), w_f32(weights.desc(dt::f32), engine(), weights.p);
+        src_ = dnnl::memory(src.desc(type), engine());
+        weights_ = dnnl::memory(pd.weights_desc(), engine());
+        dnnl::reorder(src_f32, src_).execute(stream, src_f32, src_);  // to bf16 (rounded to nearest even)
+        dnnl::reorder(w_f32, weights_).execute(stream, w_f32, weights_);
+        dst_ = dnnl::memory(dst.desc(dt::f32), engine(), dst.p);
+        stream.wait();
+    }
+    void run() const {
+        dnnl::stream stream(engine());
+        matmul_.execute(stream, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_}});
+        stream.wait();
+    }
+    const std::string& kernel() const { return kernel_; }
+
+  private:
+    dnnl::matmul matmul_;
+    dnnl::memory src_, weights_, dst_;
+    std::string kernel_;
+};
+
+// The forward product C = op(A)·op(B), and backward's dA += dC·op(B)ᵀ and dB += op(A)ᵀ·dC (written for the
+// stored layouts, as raw_backward does), over m's buffers.
+struct RawOnednn {
+    std::vector<RawProduct> forward, backward;
+    RawOnednn(const Gemms& g, RawBuffers& m, dnnl::memory::data_type type) {
+        const View A = stored(m.A.data(), g.batch, g.ta ? g.K : g.M, g.ta ? g.M : g.K, g.lda, g.a_step, g.ta);  // op(A) (M, K)
+        const View B = stored(m.B.data(), g.batch, g.tb ? g.N : g.K, g.tb ? g.K : g.N, g.ldb, g.b_step, g.tb);  // op(B) (K, N)
+        const View C{m.C.data(), g.batch, g.M, g.N, g.N, 1, g.c_step}, dC{m.dC.data(), g.batch, g.M, g.N, g.N, 1, g.c_step};
+        forward.emplace_back(A, B, C, 0.0f, type);
+        // op(dA) (M, K) = dC (M, N) · op(B)ᵀ; where A is stored transposed, its gradient is written transposed too
+        const View dA = stored(m.dA.data(), g.batch, g.ta ? g.K : g.M, g.ta ? g.M : g.K, g.lda, g.a_step, g.ta);
+        const View dB = stored(m.dB.data(), g.batch, g.tb ? g.N : g.K, g.tb ? g.K : g.N, g.ldb, g.b_step, g.tb);
+        if (!g.ta) backward.emplace_back(dC, B.t(), dA, 1.0f, type);
+        else backward.emplace_back(B, dC.t(), dA.t(), 1.0f, type);     // dAᵀ (K, M) = op(B) · dCᵀ
+        if (!g.tb) backward.emplace_back(A.t(), dC, dB, 1.0f, type);
+        else backward.emplace_back(dC.t(), A, dB.t(), 1.0f, type);     // dBᵀ (N, K) = dCᵀ · op(A)
+    }
+};
+
 // ---- timing ---------------------------------------------------------------------------------------------
 
 // Median seconds per call of each function. Calls are interleaved (f0, f1, f2, f0, f1, ...) so that a burst
@@ -163,7 +262,7 @@ void check_close(const char* what, const Case& c, const float* lib, const float*
         max_ref = std::max(max_ref, double(std::fabs(raw[i])));
     }
     if (max_diff > 1e-4 * std::max(1.0, max_ref))
-        throw std::runtime_error(c.name + ": library and raw sgemm disagree on " + what + " (max difference " +
+        throw std::runtime_error(c.name + ": library and raw products disagree on " + what + " (max difference " +
                                  std::to_string(max_diff) + ")");
 }
 
@@ -212,27 +311,40 @@ std::vector<Row> run_case(const Case& c, const Options& o) {
     tf::tape().clear();
     auto lib_backward = [&] { record.backward(record.out, record.in); };
 
+    // The raw side: sgemm (a loop of them for batched products, and the loop split across the threads), or
+    // oneDNN's matmul over operands converted beforehand.
+    std::unique_ptr<RawOnednn> onednn;
+    if (o.raw_onednn)
+        onednn = std::make_unique<RawOnednn>(g, m, o.precision == tf::Precision::BF16 ? dnnl::memory::data_type::bf16
+                                                                                       : dnnl::memory::data_type::f32);
+    auto raw_pass = [&](bool fwd, bool parallel) {
+        if (!onednn) return fwd ? raw_forward(g, m, parallel) : raw_backward(g, m, parallel);
+        for (const RawProduct& p : fwd ? onednn->forward : onednn->backward) p.run();
+    };
+
     // Same numbers on both sides: one forward, one backward from zero gradients.
-    raw_forward(g, m, false);
+    raw_pass(true, false);
     check_close("the forward product", c, y.data(), m.C.data(), y.numel());
     lib_backward();
-    raw_backward(g, m, false);
+    raw_pass(false, false);
     check_close("dA", c, a.grad(), m.dA.data(), a.numel());
     check_close("dB", c, b.grad(), m.dB.data(), b.numel());
 
-    const bool batched = g.batch > 1;
+    const bool loops = !onednn && g.batch > 1;  // sgemm over a batch: one loop, and one split across the threads
     std::vector<Row> rows;
     const std::string shape = product_str(c);
     for (const char* pass : {"fwd", "bwd"}) {
         const bool fwd = std::strcmp(pass, "fwd") == 0;
+        const std::string raw_name = onednn ? "onednn " + (fwd ? onednn->forward : onednn->backward).front().kernel()
+                                            : loops ? "sgemm loop" : "sgemm";
         std::vector<std::function<void()>> fns;
         fns.push_back(fwd ? std::function<void()>(lib_forward) : std::function<void()>(lib_backward));
-        fns.push_back([&, fwd] { fwd ? raw_forward(g, m, false) : raw_backward(g, m, false); });
-        if (batched) fns.push_back([&, fwd] { fwd ? raw_forward(g, m, true) : raw_backward(g, m, true); });
+        fns.push_back([&, fwd] { raw_pass(fwd, false); });
+        if (loops) fns.push_back([&, fwd] { raw_pass(fwd, true); });
         const std::vector<double> t = time_interleaved(fns, o);
         const double flops = fwd ? g.flops() : 2 * g.flops();  // backward: two products of the same size
-        rows.push_back({c.name, shape, pass, batched ? "sgemm loop" : "sgemm", flops, t[0], t[1]});
-        if (batched) rows.push_back({c.name, shape, pass, "sgemm omp loop", flops, t[0], t[2]});
+        rows.push_back({c.name, shape, pass, raw_name, flops, t[0], t[1]});
+        if (loops) rows.push_back({c.name, shape, pass, "sgemm omp loop", flops, t[0], t[2]});
     }
     return rows;
 }
@@ -255,6 +367,9 @@ std::vector<Case> model_cases() {
     // context = weights · V, (B, H, T, T) · (B, H, T, D) -> (B, H, T, D).
     cases.push_back({"attn Q.K^T", tf::Shape{B, H, T, D}, tf::Shape{B, H, T, D}, false, true});
     cases.push_back({"attn P.V", tf::Shape{B, H, T, T}, tf::Shape{B, H, T, D}, false, false});
+    // Not the model's: a product large enough that the kernel runs at the hardware's rate (the anchor the
+    // model's shapes are measured against: AMX's peak in bf16, the FMA units' in fp32).
+    cases.push_back({"square 2048", tf::Shape{2048, 2048}, tf::Shape{2048, 2048}, false, true});
     return cases;
 }
 
@@ -262,8 +377,13 @@ std::vector<Case> model_cases() {
 
 void usage(std::FILE* out) {
     std::fprintf(out,
-                 "usage: bench_matmul [--threads N] [--reps N] [--min-time S] [--only TEXT] [--json]\n"
+                 "usage: bench_matmul [--threads N] [--precision fp32|bf16] [--raw sgemm|onednn] [--reps N]\n"
+                 "                    [--min-time S] [--only TEXT] [--json]\n"
                  "  --threads N   OpenMP and OpenBLAS threads (default: all cores)\n"
+                 "  --precision P the op's precision, as `--precision` in training: fp32 (default) or bf16\n"
+                 "                (bf16 needs AVX512-BF16 or AMX; the raw side is then oneDNN's bf16 matmul)\n"
+                 "  --raw R       what the op is measured against: sgemm (fp32's default) or onednn (oneDNN's\n"
+                 "                matmul, operands converted and weights reordered beforehand)\n"
                  "  --reps N      at least N timed runs per measurement (default 5)\n"
                  "  --min-time S  and at least S seconds per measurement (default 0.3)\n"
                  "  --only TEXT   only the cases whose name contains TEXT (e.g. logits, attn)\n"
@@ -295,9 +415,19 @@ Options parse(int argc, char** argv) {
         else if (arg == "--min-time") o.min_time = number(arg, value(i, arg), 0);
         else if (arg == "--only") o.only = value(i, arg);
         else if (arg == "--json") o.json = true;
+        else if (arg == "--precision") {
+            o.precision = tf::parse_precision(value(i, arg));
+            if (o.precision != tf::Precision::FP32 && o.precision != tf::Precision::BF16)
+                throw std::invalid_argument("--precision expects fp32 or bf16");
+        } else if (arg == "--raw") {
+            const std::string raw = value(i, arg);
+            if (raw != "sgemm" && raw != "onednn") throw std::invalid_argument("--raw expects sgemm or onednn, got '" + raw + "'");
+            o.raw_onednn = raw == "onednn";
+        }
         else if (arg == "-h" || arg == "--help") { usage(stdout); std::exit(0); }
         else throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
     }
+    if (o.precision == tf::Precision::BF16) o.raw_onednn = true;  // sgemm has no bf16
     return o;
 }
 
@@ -314,15 +444,18 @@ int main(int argc, char** argv) {
         const Options o = parse(argc, argv);
         tf::set_threads(o.threads);
         const int threads = tf::num_threads();
+        if (const std::string note = tf::set_precision(o.precision); !note.empty())
+            throw std::runtime_error(note.substr(0, note.find(';')));  // "... for oneDNN; running fp32": not here
+        const char* precision = tf::precision_name(o.precision);
         const char* wait_policy = std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "";
         if (!o.json) {
-            std::printf("OpenBLAS: %s\nthreads: %d\n", tf::blas_info(), threads);
+            std::printf("OpenBLAS: %s\nthreads: %d\nprecision: %s\n", tf::blas_info(), threads, precision);
             for (const char* var : {"OPENBLAS_CORETYPE", "OMP_WAIT_POLICY"})  // both change the numbers below a lot
                 if (const char* v = std::getenv(var)) std::printf("%s=%s\n", var, v);
             std::printf("median of >= %d runs and >= %.2f s per measurement after %d warm-up runs; "
                         "library and raw runs interleaved\n", o.reps, o.min_time, o.warmup);
             std::printf("FLOPs = 2*M*N*K per product; bwd = dA and dB (2 products, beta=1) via the tape record\n\n");
-            std::printf("%-22s %-34s %-4s %12s %12s  %-15s %8s\n", "case", "product", "op", "lib GFLOP/s",
+            std::printf("%-22s %-34s %-4s %12s %12s  %-32s %8s\n", "case", "product", "op", "lib GFLOP/s",
                         "raw GFLOP/s", "raw", "lib/raw");
         }
         for (const Case& c : model_cases()) {
@@ -331,13 +464,13 @@ int main(int argc, char** argv) {
                 const double lib = gflops(r.flops, r.library_s), raw = gflops(r.flops, r.raw_s);
                 if (o.json) {
                     nlohmann::json j = {{"case", r.case_name}, {"product", r.shape}, {"op", r.op},
-                                        {"threads", threads}, {"library_gflops", lib}, {"raw_gflops", raw},
+                                        {"threads", threads}, {"precision", precision}, {"library_gflops", lib}, {"raw_gflops", raw},
                                         {"raw", r.raw}, {"ratio", lib / raw}, {"library_ms", r.library_s * 1e3},
                                         {"raw_ms", r.raw_s * 1e3}, {"gflop", r.flops * 1e-9},
                                         {"blas", tf::blas_info()}, {"omp_wait_policy", wait_policy}};
                     std::cout << j.dump() << std::endl;
                 } else {
-                    std::printf("%-22s %-34s %-4s %12.1f %12.1f  %-15s %8.2f\n", r.case_name.c_str(), r.shape.c_str(),
+                    std::printf("%-22s %-34s %-4s %12.1f %12.1f  %-32s %8.2f\n", r.case_name.c_str(), r.shape.c_str(),
                                 r.op.c_str(), lib, raw, r.raw.c_str(), lib / raw);
                     std::fflush(stdout);
                 }

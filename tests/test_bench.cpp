@@ -150,6 +150,25 @@ TEST_CASE("bench train: profiling times the ops of the real backward pass, in th
     CHECK(profiled_peak <= plain_peak);
 }
 
+TEST_CASE("bench train: --keep-values keeps what train lets go until backward: the same losses, a higher peak", "[bench]") {
+    BenchTrainOptions o = tiny();
+    o.layers = 2;  // a norm's output is let go where the next sublayer's norm reads it again: inside a stack
+    o.bench_warmup = 0;
+    o.steps = 2;
+    pool_reset_peak();
+    const BenchTrainResult let_go = bench_train(o);
+    const std::size_t let_go_peak = pool_stats().peak_bytes_asked;
+    o.keep_values = true;
+    pool_reset_peak();
+    const BenchTrainResult kept = bench_train(o);
+    const std::size_t kept_peak = pool_stats().peak_bytes_asked;
+    CHECK(kept.loss_first == let_go.loss_first);
+    CHECK(kept.loss_last == let_go.loss_last);
+    // At least one (B, L, C) tensor of floats more at the peak (test_determinism bounds it per sublayer).
+    CHECK(kept_peak >= let_go_peak + std::size_t(o.batch * o.src_len * o.d_model) * sizeof(float));
+    CHECK(nlohmann::json::parse(kept.to_json())["config"]["keep_values"] == true);
+}
+
 TEST_CASE("bench train: the JSON line carries the result under torch_ref.py's keys", "[bench]") {
     BenchTrainOptions o = tiny();
     o.eval_greedy = true;

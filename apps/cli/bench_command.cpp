@@ -55,6 +55,10 @@ void add_bench_command(CLI::App& app) {
     train->add_flag("--composed-attention", o->composed_attention,
                     "Run attention as the composed ops a tape shows (slice_heads, matmul, softmax, dropout, permute) "
                     "instead of the fused attention_heads that train uses: the same numbers, to compare the speed");
+    train->add_flag("--keep-values", o->keep_values,
+                    "Keep every value backward reads from the forward to the backward, where train lets the layer "
+                    "norms' inputs and outputs go and computes them again in backward: the same numbers, to compare "
+                    "the memory and the speed");
     train->add_flag("--eval-greedy", o->eval_greedy, "Also time greedy decoding of one batch for exactly tgt-len steps");
     train->add_option("--eval-reps", o->eval_reps, "Timed greedy repetitions")->capture_default_str();
     train->add_option("--eval-beam", o->eval_beam,

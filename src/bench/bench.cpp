@@ -191,6 +191,7 @@ double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, dou
     settings.label_smoothing = o.label_smoothing;
     settings.clip = o.clip;  // torch_ref.py's clip_grad_norm_, as the factor in Adam's pass: the same update
     settings.fuse_attention = !o.composed_attention;  // as train does, unless asked
+    settings.recompute_norms = !o.keep_values;
     StepHooks hooks;
     Clock::time_point t0;
     if (phase_ms || ops)
@@ -478,7 +479,8 @@ std::string BenchTrainResult::to_json() const {
         {"enc_layers", enc_layers(o)},    {"dec_layers", dec_layers(o)}, {"vocab", o.vocab},
         {"batch", o.batch},               {"src_len", o.src_len}, {"tgt_len", o.tgt_len},
         {"min_len_frac", o.min_len_frac}, {"dropout", o.dropout}, {"tie_embeddings", o.tie_embeddings},
-        {"composed_attention", o.composed_attention}, {"arch", o.decoder_only ? "decoder-only" : "encoder-decoder"}};
+        {"composed_attention", o.composed_attention}, {"keep_values", o.keep_values},
+        {"arch", o.decoder_only ? "decoder-only" : "encoder-decoder"}};
     nlohmann::json j = {{"name", o.name},
                         {"impl", "tapeformer"},
                         {"threads", threads},
