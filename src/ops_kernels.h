@@ -269,33 +269,67 @@ inline void softmax_backward_row(const real* g, const real* y, std::int64_t N, r
 // ---- dropout's draws (dropout in ops.cpp; relu_dropout, add_dropout_layer_norm, attention_heads) -------------
 // Outside the anonymous namespace: layer_norm_impl, shared by the files, takes one.
 
-// Inverted dropout's mask, drawn from counters: element i of an op's n values survives when the 53-bit
-// uniform draw at counter base + i is at least p. Constructing one reserves the n counters from the Rng;
-// backward draws the same counters again instead of storing the mask.
+// Inverted dropout's mask, drawn from counters: element i of an op's n values survives when its 32-bit
+// uniform draw is at least p·2³². Draws 2k and 2k + 1 are the low and the high half of one 64-bit hash,
+// hash64(seed, base + k) (random.h): one hash serves two values, which halves the draws' cost where
+// the hash's 64-bit multiplies are emulated (AVX2 has none). Constructing one reserves ⌈n/2⌉ counters from the
+// Rng; backward draws the same counters again instead of storing the mask.
 struct DropoutDraws {
-    std::uint64_t seed = 0, base = 0, threshold = 0;
-    real keep_scale = 1;  // 1/(1−p)
-    DropoutDraws() = default;  // draws nothing: for an op that does not drop
+    std::uint64_t seed = 0, base = 0;
+    std::uint32_t threshold = 0;  // p·2³², rounded down: below 2³² for every p < 1
+    real keep_scale = 1;          // 1/(1−p)
+    DropoutDraws() = default;     // draws nothing: for an op that does not drop
     DropoutDraws(Rng& rng, std::int64_t n, real p)
-        : seed(rng.seed), base(rng.reserve(static_cast<std::uint64_t>(n))),
-          threshold(static_cast<std::uint64_t>(double(p) * 0x1.0p53)), keep_scale(real(1) / (real(1) - p)) {}
-    bool keeps(std::int64_t i) const { return (hash64(seed, base + std::uint64_t(i)) >> 11) >= threshold; }
+        : seed(rng.seed), base(rng.reserve((static_cast<std::uint64_t>(n) + 1) / 2)),
+          threshold(static_cast<std::uint32_t>(double(p) * 0x1.0p32)), keep_scale(real(1) / (real(1) - p)) {}
+    std::uint32_t draw(std::int64_t i) const {
+        return static_cast<std::uint32_t>(hash64(seed, base + std::uint64_t(i) / 2) >> (32 * (i & 1)));
+    }
+    bool keeps(std::int64_t i) const { return draw(i) >= threshold; }
     real apply(std::int64_t i, real v) const { return keeps(i) ? v * keep_scale : real(0); }
-    // y[j] = apply(first + j, x[j]) for j in [0, n); y may be x. apply's bits, but the loop vectorises: the
-    // fields are read into locals first (in a loop over apply or keeps, GCC reloads them from a shared object in
-    // every iteration and keeps a branch per value: attention's draws ran scalar, 3.8 ns a value on Zen 5).
+    // y[j] = apply(first + j, x[j]) for j in [0, n); y may be x. apply's bits, in chunks whose draws are made
+    // first (draws_n), so that both loops vectorise.
     void apply_n(std::int64_t first, std::int64_t n, const real* x, real* y) const {
-        const std::uint64_t s = seed, at = base + std::uint64_t(first), th = threshold;
+        const std::uint32_t th = threshold;
         const real k = keep_scale;
+        alignas(64) std::uint32_t u[kChunk];
+        for (std::int64_t c = 0; c < n; c += kChunk) {
+            const std::int64_t m = std::min(kChunk, n - c);
+            draws_n(first + c, m, u);
 #pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j) y[j] = (hash64(s, at + std::uint64_t(j)) >> 11) >= th ? x[j] * k : real(0);
+            for (std::int64_t j = 0; j < m; ++j) y[c + j] = u[j] >= th ? x[c + j] * k : real(0);
+        }
     }
     // kept[j] = 1 where value first + j survives, else 0, for j in [0, n): keeps() as 32-bit flags, as wide as
     // the floats they select later, so that a loop over both vectorises.
     void keep_flags_n(std::int64_t first, std::int64_t n, std::uint32_t* kept) const {
-        const std::uint64_t s = seed, at = base + std::uint64_t(first), th = threshold;
+        const std::uint32_t th = threshold;
+        for (std::int64_t c = 0; c < n; c += kChunk) {
+            const std::int64_t m = std::min(kChunk, n - c);
+            std::uint32_t* u = kept + c;
+            draws_n(first + c, m, u);
 #pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j) kept[j] = (hash64(s, at + std::uint64_t(j)) >> 11) >= th;
+            for (std::int64_t j = 0; j < m; ++j) u[j] = u[j] >= th;
+        }
+    }
+
+  private:
+    static constexpr std::int64_t kChunk = 256;  // values a chunk: their draws stay in L1
+    // u[j] = draw(first + j) for j in [0, n), n <= kChunk. The whole hashes are written as they fall, low half
+    // first (the byte order of x86 and every other little-endian CPU), after a first value that is a high half.
+    void draws_n(std::int64_t first, std::int64_t n, std::uint32_t* u) const {
+        if (n <= 0) return;
+        std::int64_t j = 0;
+        if (first & 1) u[j++] = draw(first);
+        const std::uint64_t s = seed, at = base + std::uint64_t(first + j) / 2;
+        const std::int64_t pairs = (n - j) / 2;
+        alignas(64) std::uint64_t h[kChunk / 2];
+#pragma omp simd
+        for (std::int64_t k = 0; k < pairs; ++k) h[k] = hash64(s, at + std::uint64_t(k));
+        static_assert(sizeof h[0] == 2 * sizeof u[0] && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
+        std::memcpy(u + j, h, std::size_t(pairs) * sizeof h[0]);
+        j += 2 * pairs;
+        if (j < n) u[j] = draw(first + j);
     }
 };
 

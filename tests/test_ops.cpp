@@ -17,6 +17,7 @@
 #include "tapeformer/lanes.h"
 #include "tapeformer/ops.h"
 #include "tapeformer/pool.h"
+#include "ops_kernels.h"  // DropoutDraws (src/)
 #include "helpers.h"
 
 using tf::real;
@@ -420,7 +421,7 @@ TEST_CASE("ops: dropout zeroes a fraction p and scales survivors by 1/(1-p)", "[
     Tensor x = Tensor::full({n}, real(2));
     tf::Rng rng(42);
     Tensor y = tf::dropout(x, p, rng);
-    CHECK(rng.offset == std::uint64_t(n));  // the call reserved n counters
+    CHECK(rng.offset == std::uint64_t(n / 2));  // the call reserved n/2 counters: one hash draws two values
     std::int64_t zeros = 0;
     const real survivor = real(2) / (real(1) - p);
     for (real v : y.to_vector()) {
@@ -431,6 +432,39 @@ TEST_CASE("ops: dropout zeroes a fraction p and scales survivors by 1/(1-p)", "[
     CHECK(zeros > 30000 - 1500);
     CHECK(zeros < 30000 + 1500);
     CHECK(double(survivor) == Approx(2 / 0.7).epsilon(1e-6));
+}
+
+TEST_CASE("ops: dropout's draws are the halves of one hash, and the chunked forms agree with them value by value", "[ops]") {
+    tf::Rng rng(11, 5);
+    const tf::DropoutDraws draws(rng, 1001, real(0.4));
+    CHECK(draws.base == 5);
+    CHECK(rng.offset == 5 + 501);  // ⌈1001/2⌉ counters
+    CHECK(draws.threshold == std::uint32_t(double(real(0.4)) * 0x1.0p32));
+    for (std::int64_t k : {0, 1, 250, 500}) {
+        const std::uint64_t h = tf::hash64(11, 5 + std::uint64_t(k));
+        CHECK(draws.draw(2 * k) == std::uint32_t(h));        // low half
+        CHECK(draws.draw(2 * k + 1) == std::uint32_t(h >> 32));  // high half
+    }
+    // apply_n and keep_flags_n make their draws by chunks of whole hashes: every start (odd ones begin with a
+    // high half) and length (across chunks, odd ends with a low half) gives keeps()'s values.
+    std::vector<real> x(1001), y(1001);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = real(i) + 1;
+    std::vector<std::uint32_t> kept(1001);
+    std::int64_t dropped = 0;
+    for (std::int64_t first : {0, 1, 2, 255, 256, 257, 300}) {
+        for (std::int64_t n : {0, 1, 2, 3, 255, 256, 257, 513, 700}) {
+            INFO("first " << first << ", n " << n);
+            draws.apply_n(first, n, x.data() + first, y.data());
+            draws.keep_flags_n(first, n, kept.data());
+            for (std::int64_t j = 0; j < n; ++j) {
+                const bool keeps = draws.keeps(first + j);
+                REQUIRE(kept[j] == std::uint32_t(keeps));
+                REQUIRE(y[j] == (keeps ? x[first + j] * draws.keep_scale : real(0)));
+                dropped += !keeps;
+            }
+        }
+    }
+    CHECK(dropped > 0);
 }
 
 TEST_CASE("ops: dropout masks come from the Rng's seed and offset", "[ops]") {
