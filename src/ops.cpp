@@ -22,13 +22,13 @@ TF_NAMESPACE_BEGIN
 // ---- add, sub, mul, div, scale ------------------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
-    return binary("add", a, b, [](real x, real y) { return x + y; },  //
+    return binary<false>("add", a, b, [](real x, real y) { return x + y; },  //
                   [](real, real, real g) { return g; },               // ∂(x+y)/∂x = 1
                   [](real, real, real g) { return g; });              // ∂(x+y)/∂y = 1
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-    return binary("sub", a, b, [](real x, real y) { return x - y; },  //
+    return binary<false>("sub", a, b, [](real x, real y) { return x - y; },  //
                   [](real, real, real g) { return g; },               // ∂(x−y)/∂x = 1
                   [](real, real, real g) { return -g; });             // ∂(x−y)/∂y = −1
 }

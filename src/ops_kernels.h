@@ -167,8 +167,10 @@ Tensor unary(const char* op, const Tensor& a, F f, DF df) {
 }
 
 // The shared body of add / sub / mul / div. `fwd(x, y)` is the value, `da(x, y, g)` and `db(x, y, g)` the
-// contributions of one output element to the gradients of its two operands.
-template <class Fwd, class DA, class DB>
+// contributions of one output element to the gradients of its two operands. With `reads_values` false (add,
+// sub: derivatives that are constants) backward never asks for the operands' values, so that they may have
+// been dropped (Tensor::drop_values): da and db are handed the gradient's own values in their place, unread.
+template <bool reads_values = true, class Fwd, class DA, class DB>
 Tensor binary(const char* op, const Tensor& a, const Tensor& b, Fwd fwd, DA da, DB db) {
     require_defined(op, a, "first operand");
     require_defined(op, b, "second operand");
@@ -186,7 +188,8 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, Fwd fwd, DA da, 
     if (!needs_grad({&a, &b})) return out;
     return record(op, out, {a, b}, [bc, da, db](Tensor& y, std::vector<Tensor>& in) {
         const real* g = y.grad();
-        const real *x0 = in[0].data(), *x1 = in[1].data();
+        // (g has n ≥ either operand's values: every index below stays inside it)
+        const real *x0 = reads_values ? in[0].data() : g, *x1 = reads_values ? in[1].data() : g;
         const std::int64_t n = y.numel();
         // An operand that was not stretched receives one contribution per element: safe to parallelise.
         // One stretched along leading axes only ((C) or (T, C) against (B, T, C)) while the other is full

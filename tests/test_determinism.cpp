@@ -142,13 +142,13 @@ TEST_CASE("determinism: a model's loss and every gradient give the same bits on 
         }
     }
     // `peak`: the most the tensors asked for, beyond what the model held, from the forward to the backward's end
-    auto step = [&](bool fuse_attention, bool recompute_norms = false, std::size_t* peak = nullptr) {
+    auto step = [&](bool fuse_attention, bool let_values_go = false, std::size_t* peak = nullptr) {
         tf::Transformer model(config, 11);
         tf::Rng dropout(5);
         tf::Pass pass;
         pass.dropout_rng = &dropout;
         pass.fuse_attention = fuse_attention;
-        pass.recompute_norms = recompute_norms;
+        pass.let_values_go = let_values_go;
         tf::pool_reset_peak();
         const std::size_t held = tf::pool_stats().bytes_asked;
         Tensor logits = model.forward(src, B, S, dec_in, T, pass);
@@ -172,8 +172,8 @@ TEST_CASE("determinism: a model's loss and every gradient give the same bits on 
             return fused;
         });
     }
-    SECTION("and sublayers that let values go (Pass::recompute_norms) give the same bits, with two (B, L, C) tensors "
-            "less a sublayer at the peak but at the stacks' ends (post-norm)") {
+    SECTION("and passes that let values go (Pass::let_values_go) give the same bits, with two (B, L, C) tensors "
+            "less a sublayer at the peak but at the stacks' ends (post-norm, three pre-norm) and three an embedding") {
         for (const tf::NormPosition norm : {tf::NormPosition::Post, tf::NormPosition::Pre}) {
             config.norm = norm;
             const bool post = norm == tf::NormPosition::Post;
@@ -190,14 +190,19 @@ TEST_CASE("determinism: a model's loss and every gradient give the same bits on 
                 return recomputing;
             });
             // The peak comes near the start of backward, while the forward's activations are all there. Each
-            // sublayer lets two values go. Post-norm: the sublayer's output and the Add & Norm's input (its record
-            // keeps the sum either way), but for the input of each stack's first layer (the embeddings: no norm's
-            // output) and the output of its last (the encoder's, which every cross-attention reads; the decoder's,
-            // which the output layer reads at the peak). Pre-norm: the norm's output, computed again from its
-            // input, and the sublayer's output, of which dropout made a copy; its peak (measured: 2 decoder
-            // tensors short of all) is held to the same bound, two tensors of each stack short of all.
+            // embedding lets three values go: the looked-up rows, their scaled copy and their sum with the
+            // positions. Post-norm: each sublayer lets two go, the sublayer's output and the Add & Norm's input
+            // (its record keeps the sum either way), but for the input of each stack's first layer (the
+            // embeddings: no norm's output) and the output of its last (the encoder's, which every cross-attention
+            // reads; the decoder's, which the output layer reads at the peak). Pre-norm: three, the norm's output
+            // (computed again from its input), the sublayer's output, of which dropout made a copy, and that copy,
+            // which only the residual add reads; its peak (measured: three decoder tensors short of all) is held
+            // to six short.
             const std::int64_t L = config.enc_layers, C = config.d_model;
-            const std::size_t at_least = sizeof(real) * C * ((2 * 2 * L - 2) * B * S + (2 * 3 * L - 2) * B * T);
+            const std::int64_t embeddings = 3 * B * S + 3 * B * T;
+            const std::int64_t sublayers = post ? (2 * 2 * L - 2) * B * S + (2 * 3 * L - 2) * B * T
+                                                : 3 * 2 * L * B * S + (3 * 3 * L - 6) * B * T;
+            const std::size_t at_least = sizeof(real) * C * std::size_t(embeddings + sublayers);
             INFO("peak asked " << kept_peak << " bytes keeping every value, " << recomputing_peak << " recomputing");
             CHECK(kept_peak >= recomputing_peak + at_least);
         }
@@ -213,7 +218,8 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
     // loss ignores, dropout. Two steps with zero_grad between them: the second one overwrites stale buffers.
     // Variant 2 runs as training does: attention as the fused op (which writes the gradients of the
     // projections its heads cover whole) and the loss's gradient computed in its forward over the logits.
-    // Variants 1 and 2 drop the layer norms' outputs after the forward and write them again in backward.
+    // Variants 1 and 2 let values go after the forward (Pass::let_values_go: the layer norms' outputs, written
+    // again in backward, and the values no backward reads).
     for (const int variant : {0, 1, 2}) {
         tf::ModelConfig config;
         config.src_vocab = config.tgt_vocab = 300;
@@ -238,7 +244,7 @@ TEST_CASE("determinism: a model's gradients do not depend on what the buffers he
             tf::Pass pass;
             pass.dropout_rng = &dropout;
             pass.fuse_attention = variant == 2;
-            pass.recompute_norms = variant != 0;
+            pass.let_values_go = variant != 0;
             std::vector<std::vector<real>> out;
             for (int step = 0; step < 2; ++step) {
                 std::vector<std::int32_t> src(B * S), dec_in(B * T), target(B * T);

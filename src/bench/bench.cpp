@@ -191,7 +191,7 @@ double train_step(BenchRun& run, const RandomBatch& b, std::map<std::string, dou
     settings.label_smoothing = o.label_smoothing;
     settings.clip = o.clip;  // torch_ref.py's clip_grad_norm_, as the factor in Adam's pass: the same update
     settings.fuse_attention = !o.composed_attention;  // as train does, unless asked
-    settings.recompute_norms = !o.keep_values;
+    settings.let_values_go = !o.keep_values;
     StepHooks hooks;
     Clock::time_point t0;
     if (phase_ms || ops)

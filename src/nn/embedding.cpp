@@ -13,11 +13,12 @@ Embedding::Embedding(std::int64_t V, std::int64_t C, std::int32_t pad)
     : weight(make_param({V, C})), padding_idx(pad), scale(real(std::sqrt(double(C)))) {}
 
 Tensor Embedding::forward(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T, const Pass& pass) const {
-    Tensor x = embedding(weight, ids, {B, T}, padding_idx);  // (B, T, C)
-    pass.probe(this, "embed", x);
-    if (scale == real(1)) return x;
-    x = tf::scale(x, scale);  // (B, T, C)
+    const Tensor rows = embedding(weight, ids, {B, T}, padding_idx);  // (B, T, C)
+    pass.probe(this, "embed", rows);
+    if (scale == real(1)) return rows;
+    Tensor x = tf::scale(rows, scale);  // (B, T, C)
     pass.probe(this, "scale", x);
+    let_go_of(pass, rows, x);  // scale's backward reads no values, the embedding's only the ids
     return x;
 }
 

@@ -71,4 +71,8 @@ Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, c
     return add_dropout_layer_norm(x, residual, p, *pass.dropout_rng, gamma, beta, eps, true);
 }
 
+void let_go_of(const Pass& pass, Tensor value, const Tensor& next) {
+    if (pass.may_drop_values() && !value.is_leaf() && !value.same_storage(next)) value.drop_values();
+}
+
 TF_NAMESPACE_END

@@ -335,10 +335,10 @@ Tensor sublayer_connection(const Layer* layer, const LayerNorm& norm, const Tens
         pass.probe(&norm, "norm", in);
     }
     Tensor out = sublayer(in);  // (B, T, C)
-    // Pass::recompute_norms: the values no later step of the forward reads, and backward either does not read
+    // Pass::let_values_go: the values no later step of the forward reads, and backward either does not read
     // or computes again from what it keeps (a norm's output: Tensor::drop_values); recorded outputs only (a
     // leaf is a tensor no op on the tape made)
-    const bool let_go = pass.recompute_norms && !pass.observer;
+    const bool let_go = pass.may_drop_values();
     if (ln && post && layer->residual) {
         Tensor y = add_dropout_layer_norm(x, out, p, pass, norm.weight, norm.bias, norm.eps);  // (B, T, C)
         pass.probe(&norm, "add_norm", y);
@@ -350,11 +350,13 @@ Tensor sublayer_connection(const Layer* layer, const LayerNorm& norm, const Tens
         return y;
     }
     Tensor y = dropout(out, p, pass);  // (B, T, C)
-    if (let_go && !y.same_storage(out) && !out.is_leaf()) out.drop_values();  // dropout's backward reads its draws only
+    let_go_of(pass, out, y);           // dropout's backward reads its draws only
     if (let_go && !in.same_storage(x) && in.recomputable()) in.drop_values();  // pre-norm: LN(x), computed again from x
     if (layer->residual) {
-        y = add(x, y);  // (B, T, C)
+        const Tensor dropped = y;
+        y = add(x, dropped);  // (B, T, C)
         pass.probe(layer, "residual", y);
+        let_go_of(pass, dropped, y);  // add's backward reads neither operand (x is the caller's, and LN's input)
     } else if (ln && post) {
         y = norm.forward(y);  // (B, T, C)
         pass.probe(&norm, "norm", y);
@@ -510,7 +512,7 @@ Tensor Transformer::encode(const std::vector<std::int32_t>& src, std::int64_t B,
     if (config.decoder_only()) throw std::logic_error("encode: a decoder-only model has no encoder");
     pass.section("encoder", Input::Source);
     const Tensor mask = key_padding_mask(src, B, S, config.pad_id);  // (B, 1, 1, S)
-    Tensor x = dropout(embed(src_embed, src, B, S, 0, pass), real(config.dropout), pass);  // (B, S, C)
+    Tensor x = embed(src_embed, src, B, S, 0, pass);  // (B, S, C)
     for (auto& layer : encoder) x = layer.forward(x, mask, pass);
     if (config.norm == NormPosition::Pre) {
         x = encoder_norm.forward(x);  // (B, S, C)
@@ -550,7 +552,7 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
                                   const Pass& pass, DecoderCache* cache) {
     const std::int64_t start = cache ? cache->position() : 0;
     pass.section("decoder", Input::Target);
-    Tensor x = dropout(embed(tgt_embed, dec_in, B, T, start, pass), real(config.dropout), pass);  // (B, T, C)
+    Tensor x = embed(tgt_embed, dec_in, B, T, start, pass);  // (B, T, C)
     for (std::size_t l = 0; l < decoder.size(); ++l)
         x = decoder[l].forward(x, memory, self_mask, memory_mask, pass, cache ? &cache->layers[l] : nullptr);
     if (config.norm == NormPosition::Pre) {
@@ -562,9 +564,15 @@ Tensor Transformer::decoder_stack(const std::vector<std::int32_t>& dec_in, std::
 
 Tensor Transformer::embed(const Embedding& table, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
                          std::int64_t start, const Pass& pass) const {
-    Tensor x = table.forward(ids, B, T, pass);  // (B, T, C)
-    if (config.positional == PositionalKind::None) return x;
-    return positional.forward(x, start, pass);  // + PE[start .. start + T): (B, T, C)
+    const Tensor rows = table.forward(ids, B, T, pass);  // (B, T, C)
+    Tensor x = rows;
+    if (config.positional != PositionalKind::None) {
+        x = positional.forward(rows, start, pass);  // + PE[start .. start + T): (B, T, C)
+        let_go_of(pass, rows, x);                   // add's backward reads neither operand
+    }
+    Tensor y = dropout(x, real(config.dropout), pass);  // (B, T, C)
+    let_go_of(pass, x, y);                              // dropout's backward reads its draws only
+    return y;
 }
 
 Tensor Transformer::project(const Tensor& hidden, const Pass& pass) const {

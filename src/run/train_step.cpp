@@ -227,7 +227,7 @@ StepResult train_step(const StepParts& parts, const std::vector<StepBatch>& micr
         if (accumulating && parts.dropout) own_dropout = micro_batch_dropout(*parts.dropout, s.step, k);
         Pass pass{accumulating && parts.dropout ? &own_dropout : parts.dropout};
         pass.fuse_attention = s.fuse_attention;
-        pass.recompute_norms = s.recompute_norms && !s.check_nan;  // check_nan reads every value the tape holds
+        pass.let_values_go = s.let_values_go && !s.check_nan;  // check_nan reads every value the tape holds
         pass.observer = k == 0 ? s.observer : nullptr;
         Tensor logits = parts.model.forward(b.src, b.B, b.S, b.dec_in, b.T, pass);  // (B, T, V)
         // Nothing reads the logits after the loss, so its gradient, computed with the loss, may take their memory;

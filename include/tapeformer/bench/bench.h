@@ -44,7 +44,7 @@ struct BenchTrainOptions {
     bool decoder_only = false;       // --arch decoder-only: the decoder alone on the target side (bench/torch_decoder_only.py)
     std::uint64_t seed = 0;          // model initialisation and batches
     bool composed_attention = false; // attention as the composed ops instead of ops.h's attention_heads (to compare)
-    bool keep_values = false;        // keep the values train lets go until backward (StepSettings::recompute_norms off, to compare)
+    bool keep_values = false;        // keep the values train lets go until backward (StepSettings::let_values_go off, to compare)
     bool eval_greedy = false;        // also time greedy decoding of the first batch for exactly T steps
     std::int64_t eval_reps = 3;      // timed greedy repetitions (after one untimed)
     int eval_beam = 0;               // with eval_greedy: also time beam search with this many beams, up to T tokens (0: no)

@@ -54,15 +54,19 @@ struct Pass {
     // of the composed ops a reader of the tape sees; where it applies (dot-product scores, no cache, no
     // observer, every head's gate 1 and not trained). Training and bench train turn it on.
     bool fuse_attention = false;
-    // Sublayers let values go once nothing in the forward reads them again. Post-norm: the sublayer's output
-    // (the Add & Norm's record keeps the sum instead) and the layer's input when it is an earlier norm's output
-    // (backward computes it again from that norm's sum: Tensor::drop_values). Pre-norm: the norm's output
-    // (computed again from its input) and the sublayer's output once dropout has copied it. One (B, T, C)
-    // tensor less per post-norm layer norm from the forward to the backward, two per pre-norm sublayer, for one
-    // more pass over each. Where there is no observer (it may hold those tensors). Training and bench train
-    // turn it on.
-    bool recompute_norms = false;
+    // Values go back to the pool (Tensor::drop_values) once nothing in the forward reads them again and backward
+    // either does not read them or computes them again. Sublayers, post-norm: the sublayer's output (the Add &
+    // Norm's record keeps the sum instead) and the layer's input when it is an earlier norm's output (computed
+    // again from that norm's sum). Pre-norm: the norm's output (computed again from its input), the sublayer's
+    // output once dropout has copied it, and that copy once the residual add has read it (add's backward reads
+    // no values). The embeddings: the looked-up rows, their scaled copy and their sum with the positions, once
+    // the next step has read each (scale, add and dropout backward read none). One (B, T, C) tensor less per
+    // post-norm layer norm from the forward to the backward, three per pre-norm sublayer, three per embedding,
+    // for one more pass over each recomputed one. Training and bench train turn it on; it acts only where no
+    // observer listens (one may hold those tensors): may_drop_values().
+    bool let_values_go = false;
     bool training() const { return dropout_rng != nullptr; }
+    bool may_drop_values() const { return let_values_go && !observer; }
     // A module reports `value` under `name`: to the observer if there is one.
     template <class M>
     void probe(const M* module, const char* name, const Tensor& value) const {
@@ -156,6 +160,12 @@ Tensor dropout(const Tensor& x, real p, const Pass& pass);
 Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, const Pass& pass);
 Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& residual, real p, const Pass& pass, const Tensor& gamma,
                               const Tensor& beta, real eps);
+
+// Once `next` is made from `value` by an op whose backward reads none of value's values (add, scale, dropout),
+// and nothing else in the forward reads them: value's values go back to the pool (Tensor::drop_values) when
+// the pass lets values go (Pass::may_drop_values), value is an op's output (a leaf may be the caller's) and next
+// is not value itself (an op that passed its input through, as dropout does outside training).
+void let_go_of(const Pass& pass, Tensor value, const Tensor& next);
 
 // A fresh parameter: zero-filled leaf tensor that requires grad. Modules initialise it afterwards.
 Tensor make_param(const Shape& shape);

@@ -235,8 +235,8 @@ public:
     std::vector<std::pair<std::string, MultiHeadAttention*>> attentions();
 
 private:
-    // A stack's input before dropout: the table's rows for ids (B, T), plus the positions [start, start + T)
-    // unless the model has none -> (B, T, C)
+    // A stack's input: dropout of the table's rows for ids (B, T) (scaled by √C), plus the positions
+    // [start, start + T) unless the model has none -> (B, T, C)
     Tensor embed(const Embedding& table, const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T,
                  std::int64_t start, const Pass& pass) const;
     // The part decode and decode_step share: embedding from position `start` of the cache (0 without),
