@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -276,6 +277,27 @@ TEST_CASE("Pool: a large buffer given back to the system leaves the process's re
     const double without = resident_mib();
     INFO("resident " << with << " MiB with the buffer, " << without << " MiB after");
     CHECK(with - without > 30);
+}
+
+TEST_CASE("Pool: once a block of 2 MiB or more went back to the system, later ones start on a 2 MiB boundary", "[tensor]") {
+#ifdef __SANITIZE_ADDRESS__
+    WARN("not under AddressSanitizer, whose allocator serves every block");
+    return;
+#endif
+    // A 4 MiB buffer, freed and cached; then one of 9 MiB, which the cached one cannot serve and for which the
+    // pool's bound (at most 9 MiB above what was in use before) has no room beside it: the 4 MiB block goes
+    // back to the system, and the new block is cut on a huge page's boundary.
+    tf::pool_release_cached();
+    tf::pool_reset_peak();
+    { Tensor first = Tensor::zeros({1 << 20}); }
+    const std::size_t n_before = tf::pool_stats().system_allocations;
+    const Tensor second = Tensor::full({(9 << 20) / std::int64_t(sizeof(real))}, real(3));
+    CHECK(tf::pool_stats().system_allocations == n_before + 1);
+    CHECK(tf::pool_stats().bytes_cached == 0);
+    const auto block = reinterpret_cast<std::uintptr_t>(second.data()) - 64;  // the buffer's header comes first
+    CHECK(block % (std::uintptr_t(2) << 20) == 0);
+    CHECK(second.data()[0] == real(3));
+    CHECK(second.data()[second.numel() - 1] == real(3));
 }
 
 TEST_CASE("Pool: a request takes a cached buffer up to twice its size", "[tensor]") {

@@ -4,7 +4,8 @@
 // different lengths share buffers. What the pool holds, in use and cached, stays within the peak in use
 // and a seventh of the swing below it (the peak minus the least in use since: what a training step
 // allocates and frees): a request the cache cannot serve first gives the least recently freed buffers
-// back to the system.
+// back to the system. Once it has given back a block of 2 MiB or more, later blocks that large are mapped in
+// huge pages (where the kernel offers them), so that the ones a step keeps asking for cost few page faults.
 #pragma once
 #include <cstddef>
 
