@@ -163,14 +163,9 @@ namespace {
 // y = dropout(relu(x)) over n values (y may be x): dropout, then ReLU, in chunks that stay in L1. The bits of
 // relu, then dropout, since 1/(1−p) > 0 keeps each value's sign (−0 and NaN end as +0 either way).
 void relu_dropout_values(const DropoutDraws& draws, std::int64_t n, const real* x, real* y) {
-    constexpr std::int64_t kChunk = 4096;
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-        const std::int64_t m = std::min(kChunk, n - c0);
-        real* yc = y + c0;
-        draws.apply_n(c0, m, x + c0, yc);
+    dropout_in_pieces(draws, n, x, y, [](real* yc, std::int64_t m) {
         for (std::int64_t j = 0; j < m; ++j) yc[j] = yc[j] > 0 ? yc[j] : real(0);
-    }
+    });
 }
 
 // relu_dropout's backward: the gradient passes (× 1/(1−p)) exactly where the output y is positive.

@@ -23,14 +23,14 @@ TF_NAMESPACE_BEGIN
 
 Tensor add(const Tensor& a, const Tensor& b) {
     return binary<false>("add", a, b, [](real x, real y) { return x + y; },  //
-                  [](real, real, real g) { return g; },               // ∂(x+y)/∂x = 1
-                  [](real, real, real g) { return g; });              // ∂(x+y)/∂y = 1
+                         [](real, real, real g) { return g; },               // ∂(x+y)/∂x = 1
+                         [](real, real, real g) { return g; });              // ∂(x+y)/∂y = 1
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
     return binary<false>("sub", a, b, [](real x, real y) { return x - y; },  //
-                  [](real, real, real g) { return g; },               // ∂(x−y)/∂x = 1
-                  [](real, real, real g) { return -g; });             // ∂(x−y)/∂y = −1
+                         [](real, real, real g) { return g; },               // ∂(x−y)/∂x = 1
+                         [](real, real, real g) { return -g; });             // ∂(x−y)/∂y = −1
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
@@ -727,12 +727,7 @@ Tensor dropout(const Tensor& a, real p, Rng& rng, bool training) {
     if (!training || p == 0) return a;
     const DropoutDraws draws(rng, a.numel(), p);
     Tensor out = Tensor::empty(a.shape());
-    const real* x = a.data();
-    real* y = out.data();
-    const std::int64_t n = a.numel();
-    constexpr std::int64_t kPiece = 4096;  // values a thread's piece
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (std::int64_t c0 = 0; c0 < n; c0 += kPiece) draws.apply_n(c0, std::min(kPiece, n - c0), x + c0, y + c0);
+    dropout_in_pieces(draws, a.numel(), a.data(), out.data(), [](real*, std::int64_t) {});
     if (!needs_grad({&a})) return out;
     // The mask is not stored: backward draws the same counters again.
     return record("dropout", out, {a}, [draws](Tensor& y, std::vector<Tensor>& in) {

@@ -336,6 +336,19 @@ struct DropoutDraws {
     }
 };
 
+// y = dropout(x) over n values (y may be x), in pieces of 4096 values split over the threads; then, while the
+// piece is still in L1, then(y + c0, m) on each (a fused op's own step: relu_dropout's ReLU).
+template <class Then>
+void dropout_in_pieces(const DropoutDraws& draws, std::int64_t n, const real* x, real* y, Then then) {
+    constexpr std::int64_t kPiece = 4096;
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (std::int64_t c0 = 0; c0 < n; c0 += kPiece) {
+        const std::int64_t m = std::min(kPiece, n - c0);
+        draws.apply_n(c0, m, x + c0, y + c0);
+        then(y + c0, m);
+    }
+}
+
 inline void check_dropout_probability(const char* op, real p) {
     if (!(p >= 0 && p < 1)) fail(op, "probability must be in [0, 1), got " + std::to_string(p));
 }

@@ -343,7 +343,7 @@ Tensor sublayer_connection(const Layer* layer, const LayerNorm& norm, const Tens
         Tensor y = add_dropout_layer_norm(x, out, p, pass, norm.weight, norm.bias, norm.eps);  // (B, T, C)
         pass.probe(&norm, "add_norm", y);
         if (let_go && y.recomputable()) {  // the norm's record kept x + dropout(out)
-            if (!out.is_leaf()) out.drop_values();           // nothing reads it again, not even the norm's backward
+            let_go_of(pass, out, y);                         // nothing reads it again, not even the norm's backward
             Tensor input = x;
             if (input.recomputable()) input.drop_values();   // an earlier norm's output: computed again when read
         }

@@ -63,7 +63,7 @@ struct StepSettings {
     double label_smoothing = 0.1;
     double clip = 1.0;              // global gradient-norm clipping (<= 0: off)
     bool fuse_attention = true;     // ops.h attention_heads: the composed ops' numbers, faster
-    bool let_values_go = true;    // Pass::let_values_go: less memory, the same numbers (not with check_nan)
+    bool let_values_go = true;      // Pass::let_values_go: less memory, the same numbers (not with check_nan)
     ForwardObserver* observer = nullptr;  // listens to the forward's probes (module.h); nullptr: nobody
     bool check_nan = false;         // keep the tape, to name the first op that made a non-finite value
 };
