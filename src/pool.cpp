@@ -45,7 +45,7 @@ constexpr std::size_t kMappedBlock = std::size_t(1) << 20;
 // Huge pages for the blocks that come and go. Once the pool has given a block of 2 MiB or more back to the
 // system (Pool::churns: the sizes a step asks for are ones its cache cannot match, as the benchmark step's
 // 40 MB logits), later blocks of 2 MiB or more start on a 2 MiB boundary and ask for transparent huge pages
-// (granted where the kernel offers them "always" or on "madvise", as Debian's does). Every first touch of a
+// (granted where the kernel offers them "always" or on "madvise": see docs/usage.md). Every first touch of a
 // 4 KiB page of a fresh mapping is a fault: in a virtual machine some 3.4 µs each, 35 ms for 40 MB, against
 // 4 ms in 2 MiB pages (bench/README.md). Not from the start: the weights, Adam's moments and the first step
 // are touched once, and there fresh 2 MiB pages cost more than 4 KiB ones (the large benchmark model took
