@@ -110,6 +110,12 @@ double Schedule::lr_at(std::int64_t step) const {
     fail("schedule", "unknown schedule kind " + std::to_string(static_cast<int>(kind)));
 }
 
+double cooldown_factor(double progress, double fraction) {
+    if (!(fraction >= 0 && fraction < 1)) fail("schedule", "cooldown must be in [0, 1), got " + std::to_string(fraction));
+    if (fraction == 0) return 1;
+    return std::clamp((1 - progress) / fraction, 0.0, 1.0);
+}
+
 std::string Schedule::describe() const {
     std::ostringstream out;
     out << schedule_kind_name(kind) << "(" << (kind == ScheduleKind::Noam ? "factor=" : "lr=") << lr

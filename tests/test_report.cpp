@@ -160,6 +160,22 @@ TEST_CASE("report: training logs per-layer gradient norms whose squares add up t
     CHECK(lines == 6);  // steps 5, 10, ..., 30
 }
 
+TEST_CASE("report: a run with --cooldown names it beside the schedule and says where its curve ends", "[report]") {
+    TempDir tmp("report-cooldown");
+    const std::string toy = std::string(TF_SOURCE_DIR) + "/data/toy/";
+    const std::string dir = tmp / "run";
+    std::string err;
+    REQUIRE(run_status(tmp, "train --train-src " + shell_quote(toy + "valid.src") + " --train-tgt " + shell_quote(toy + "valid.tgt") +
+                             " --tokenizer word --vocab-size 0 --d-model 16 --heads 2 --ffn 32 --layers 1 --batch-tokens 400"
+                             " --warmup 2 --max-steps 12 --cooldown 0.25 --log-every 1 --out " + shell_quote(dir),
+                     &err) == 0);
+    const std::string html = tf::training_report_html(dir);
+    CHECK(html.find("warmup 2, cooldown 0.25)") != std::string::npos);  // the settings row
+    CHECK(html.find("Over the run's last 25% the rate falls linearly to 0 (--cooldown)") != std::string::npos);
+    CHECK(html.find("end at step 12") != std::string::npos);
+    CHECK(count(html, "<section id=\"schedule\" data-state=\"drawn\"") == 1);
+}
+
 TEST_CASE("report: sections without data stay and say what is missing, bad input is one line and a non-zero exit",
           "[report]") {
     TempDir tmp("report");

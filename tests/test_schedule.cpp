@@ -149,3 +149,19 @@ TEST_CASE("invalid schedules and steps are rejected with a message naming the fi
     CHECK_NOTHROW(make(tf::ScheduleKind::InverseSqrt, 0.1, 100, 0).validate());
     CHECK_NOTHROW(make(tf::ScheduleKind::Constant, 0.1, 100, 5).validate());
 }
+
+TEST_CASE("cooldown_factor: 1 until the run's last fraction, then a straight line down to 0 at its end", "[schedule]") {
+    // fraction 0.25: the factor leaves 1 when three quarters of the run are done
+    CHECK(tf::cooldown_factor(0.0, 0.25) == 1);
+    CHECK(tf::cooldown_factor(0.75, 0.25) == 1);
+    CHECK(tf::cooldown_factor(0.8, 0.25) == Approx(0.8).epsilon(1e-12));    // (1 − 0.8) / 0.25
+    CHECK(tf::cooldown_factor(0.9375, 0.25) == Approx(0.25).epsilon(1e-12));
+    CHECK(tf::cooldown_factor(1.0, 0.25) == 0);
+    CHECK(tf::cooldown_factor(1.5, 0.25) == 0);  // past the end (a run continued beyond its stop): never negative
+    // fraction 0 is no cooldown, even at the run's end
+    CHECK(tf::cooldown_factor(0.999, 0) == 1);
+    CHECK(tf::cooldown_factor(1.0, 0) == 1);
+    CHECK_THROWS_WITH(tf::cooldown_factor(0.5, 1.0), Contains("cooldown must be in [0, 1)"));
+    CHECK_THROWS_WITH(tf::cooldown_factor(0.5, -0.1), Contains("cooldown"));
+    CHECK_THROWS_AS(tf::cooldown_factor(0.5, NAN), std::invalid_argument);
+}

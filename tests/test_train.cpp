@@ -403,6 +403,77 @@ TEST_CASE("train: 4 steps then --resume to 8 equals 8 steps in one go, bit for b
     }
 }
 
+TEST_CASE("train: --cooldown brings the logged lr down linearly over the run's last fraction, and a resume "
+          "continues it bit for bit", "[train]") {
+    Corpus corpus(180, 20);
+    TempDir tmp;
+    const std::string plain = tmp / "plain", cooled = tmp / "cooled", resumed = tmp / "resumed";
+    tf::TrainConfig c = tiny_config(corpus, plain);
+    c.max_steps = 8;
+    c.checkpoint_every = 4;
+    train_quietly(c);
+    c.out_dir = cooled;
+    c.optim.cooldown = 0.5;
+    train_quietly(c);
+
+    // Step s runs with (s − 1)/8 of the run done: the factor is 1 up to step 5, then (1 − (s − 1)/8)/0.5.
+    const auto a = of_type(read_metrics(plain), "train"), b = of_type(read_metrics(cooled), "train");
+    REQUIRE(a.size() == 8);
+    REQUIRE(b.size() == 8);
+    const double factor[8] = {1, 1, 1, 1, 1, 0.75, 0.5, 0.25};
+    for (std::size_t i = 0; i < 8; ++i) {
+        INFO("step " << i + 1);
+        CHECK(b[i].at("lr").get<double>() == Approx(a[i].at("lr").get<double>() * factor[i]).epsilon(1e-12));
+        if (i < 5) CHECK(b[i].at("loss") == a[i].at("loss"));  // the same steps until the cooldown starts
+    }
+    CHECK(b[7].at("loss") != a[7].at("loss"));
+
+    // From the step-4 checkpoint, with the later one gone, the resumed run cools down as the whole run did.
+    fs::copy(cooled, resumed, fs::copy_options::recursive);
+    fs::remove(resumed + "/" + checkpoint_name(8));
+    fs::remove(resumed + "/state.json");
+    train_quietly(resume_config(resumed, 8));
+    const auto r = of_type(read_metrics(resumed), "train");
+    REQUIRE(r.size() == 8);
+    for (std::size_t i = 0; i < 8; ++i) {
+        INFO("step " << i + 1);
+        for (const char* key : {"lr", "loss", "grad_norm"}) CHECK(r[i].at(key) == b[i].at(key));
+    }
+    CHECK(same_weights_file(cooled + "/model.safetensors", resumed + "/model.safetensors"));
+}
+
+TEST_CASE("train: with --time-budget, --cooldown follows the clock: each step's lr is the schedule's times the "
+          "factor of the training time before it", "[train]") {
+    Corpus corpus(180, 20);
+    TempDir tmp;
+    tf::TrainConfig c = tiny_config(corpus, tmp / "run");
+    c.max_steps = 0;
+    c.time_budget_minutes = 0.05;  // 3 s: steps of a few ms, a few hundred on a loaded machine or under ASan
+    c.optim.cooldown = 0.5;
+    c.checkpoint_every = 1000000;
+    train_quietly(c);
+
+    const double budget = c.time_budget_minutes * 60;
+    tf::Schedule schedule = c.optim.schedule;
+    schedule.d_model = c.model.d_model;
+    const auto lines = of_type(read_metrics(c.out_dir), "train");
+    REQUIRE(lines.size() >= 4);
+    double before = 0, last_factor = 1;  // training seconds before the step
+    std::size_t cooled = 0;
+    for (const auto& line : lines) {
+        const std::int64_t step = line.at("step").get<std::int64_t>();
+        INFO("step " << step << ", " << before << " s before it");
+        last_factor = tf::cooldown_factor(before / budget, c.optim.cooldown);
+        CHECK(line.at("lr").get<double>() == Approx(schedule.lr_at(step) * last_factor).epsilon(1e-12));
+        cooled += last_factor < 1;
+        before = line.at("elapsed").get<double>();
+    }
+    CHECK(before >= budget);
+    CHECK(cooled > 0);
+    CHECK(cooled < lines.size());  // the first half of the budget at the schedule's own rate
+    CHECK(last_factor < 0.25);     // the last step started in the budget's last eighth
+}
+
 TEST_CASE("train: 1, 2 and 3 threads give the same losses and weights, and --resume may change --threads",
           "[train][determinism]") {
     // A model large enough that every threaded path runs split (gemm tiles, layer norm's row blocks,

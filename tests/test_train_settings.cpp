@@ -161,6 +161,19 @@ TEST_CASE("train settings: cosine with only --time-budget asks for --max-steps o
     CHECK(tf::resolve_train_config(args).config.optim.schedule.total_steps == 1000);
 }
 
+TEST_CASE("train settings: --cooldown is refused with cosine and linear, which decay by themselves", "[train][settings]") {
+    tf::TrainArguments args;
+    args.flags = {{"schedule", "cosine"}, {"max-steps", "100"}, {"cooldown", "0.2"}};
+    CHECK_THROWS_WITH(tf::resolve_train_config(args),
+                      Contains("--cooldown with --schedule cosine") && Contains("noam, inverse_sqrt and constant"));
+    args.flags = {{"schedule", "linear"}, {"max-steps", "100"}, {"cooldown", "0.2"}};
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--cooldown with --schedule linear"));
+    args.flags = {{"max-steps", "100"}, {"cooldown", "1"}};  // the whole run cooling down from step 1: refused
+    CHECK_THROWS_WITH(tf::resolve_train_config(args), Contains("--cooldown") && Contains("1"));
+    args.flags = {{"schedule", "inverse_sqrt"}, {"time-budget", "5"}, {"cooldown", "0.2"}};
+    CHECK(tf::resolve_train_config(args).config.optim.cooldown == 0.2);
+}
+
 TEST_CASE("train settings: a run.json of an older version (model values as text, newer keys absent) is read",
           "[train][settings]") {
     CHECK(tf::find_setting(tf::train_settings(), "precision", /*by_key=*/true)->absent == "fp32");

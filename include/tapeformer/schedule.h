@@ -1,7 +1,7 @@
 // Learning-rate schedules: the learning rate as a pure function of the (1-based) update step.
 //
 // The trainer calls lr_at(step) once per optimizer update, step = 1 for the first update, and passes the
-// result to Optimizer::step. Every schedule with a warmup rises linearly, lr·s/w, reaching its peak at
+// result (times cooldown_factor, below, when the run has a cooldown) to Optimizer::step. Every schedule with a warmup rises linearly, lr·s/w, reaching its peak at
 // step w (the same ramp as the paper's, whose peak is also at s = w).
 #pragma once
 #include <cstdint>
@@ -52,5 +52,12 @@ struct Schedule {
     // One line for logs: "cosine(lr=0.0005, warmup=1000, total_steps=20000, min_lr=1e-05)".
     std::string describe() const;
 };
+
+// A cooldown over the last `fraction` of a run (the "decay" of warmup–stable–decay schedules): the factor,
+// min(1, (1 − progress)/fraction), by which the schedule's learning rate is multiplied when `progress` of the
+// run (0 to 1, measured before the step) is done; it falls linearly to 0 at the run's end. The trainer
+// measures progress by steps or by training time, whichever stop is nearer (--cooldown, train_settings.h).
+// fraction 0: no cooldown (1). Throws std::invalid_argument unless 0 ≤ fraction < 1.
+double cooldown_factor(double progress, double fraction);
 
 TF_NAMESPACE_END

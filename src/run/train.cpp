@@ -184,6 +184,8 @@ private:
     void note_stop_time(double save_seconds);  // an MPI job: whether mpirun leaves Ctrl-C time to save
     bool unsaved_changes() const;  // state_ differs from what the newest checkpoint holds
     double eta_seconds() const;
+    double run_progress() const;  // the fraction of the run done, by the nearest stop (0 to 1)
+    double step_lr() const;        // the learning rate of the next step: the schedule's, times the cooldown
     void write_metrics(const MetricsLine& line);
     void check_ranks() const;  // an MPI job: every rank has at least one micro-batch of each global batch
     StopReason stop_reason();  // the first stopping rule reached; in a job, the ranks' common one
@@ -554,6 +556,7 @@ void Trainer::build_model() {
          << "; " << num_threads() << (num_threads() == 1 ? " thread" : " threads")
          << (precision() == Precision::BF16 ? "; bf16 products" : "")
          << (reference_mode() ? "; reference ops (src/reference_ops.cpp)" : "") << "; lr " << c_.optim.schedule.describe()
+         << (c_.optim.cooldown > 0 ? ", cooling down to 0 over the run's last " + fmt("%g", 100 * c_.optim.cooldown) + "%" : std::string())
          << (average_ ? "; validates a weight average (ema " + fmt("%g", c_.optim.ema) + ")" : std::string()) << "\n";
 }
 
@@ -684,9 +687,9 @@ std::int64_t Trainer::steps_into_epoch() const {
 void Trainer::train_step(const std::vector<Batch>& micro) {
     const Batch& b = micro.front();
     const auto t0 = Clock::now();
-    ++state_.step;
     StepSettings settings;
-    settings.lr = c_.optim.schedule.lr_at(state_.step);
+    settings.lr = step_lr();
+    ++state_.step;
     settings.step = state_.step;
     settings.label_smoothing = c_.optim.label_smoothing;
     settings.clip = c_.optim.clip;
@@ -729,6 +732,32 @@ void Trainer::train_step(const std::vector<Batch>& micro) {
     result_.last_loss = report.loss;
 }
 
+// The fraction of the run done before the next step, by whichever stop is nearer: --max-steps, --epochs or
+// --time-budget (by the clock). The progress bar shows it; the cooldown follows it.
+double Trainer::run_progress() const {
+    double done = 0;
+    if (c_.max_steps) done = std::max(done, double(state_.step) / double(c_.max_steps));
+    if (c_.epochs) {
+        const std::int64_t total = c_.epochs * steps_per_epoch();
+        done = std::max(done, double(state_.epoch * steps_per_epoch() + steps_into_epoch()) / double(total));
+    }
+    if (c_.time_budget_minutes) done = std::max(done, state_.train_seconds / (c_.time_budget_minutes * 60));
+    return std::clamp(done, 0.0, 1.0);
+}
+
+// The next step's learning rate. Under mpirun a cooldown by the clock follows rank 0's progress, so that
+// every rank takes the same step.
+double Trainer::step_lr() const {
+    const double lr = c_.optim.schedule.lr_at(state_.step + 1);
+    if (c_.optim.cooldown == 0) return lr;
+    double done = run_progress();
+    if (ranks_->size() > 1 && c_.time_budget_minutes) {
+        constexpr double kScale = 0x1.0p40;  // the broadcast carries an integer: progress in steps of 2^-40
+        done = double(ranks_->from_rank0(static_cast<std::int64_t>(done * kScale))) / kScale;
+    }
+    return lr * cooldown_factor(done, c_.optim.cooldown);
+}
+
 double Trainer::eta_seconds() const {
     const TrainState::LogWindow& window = state_.log_window;
     const double per_step = window.steps ? window.seconds / double(window.steps) : 0;
@@ -754,12 +783,7 @@ void Trainer::log_progress(bool force_line, bool interrupted) {
         // The live bar: redraw at most ten times a second.
         if (bar_ && Clock::now() - last_bar_ > std::chrono::milliseconds(100) && window.tokens > 0) {
             last_bar_ = Clock::now();
-            double total = c_.max_steps ? double(c_.max_steps) : 0;
-            const double epoch_steps = double(c_.epochs * steps_per_epoch());
-            if (c_.epochs) total = total ? std::min(total, epoch_steps) : epoch_steps;
-            double frac = total > 0 ? double(state_.step) / total : state_.train_seconds / (c_.time_budget_minutes * 60);
-            frac = std::clamp(frac, 0.0, 1.0);
-            const int width = 20, filled = static_cast<int>(frac * width);
+            const int width = 20, filled = static_cast<int>(run_progress() * width);
             const double loss = window.loss / double(window.tokens), nll = window.nll / double(window.tokens);
             log_ << "\r\033[K[" << std::string(filled, '#') << std::string(width - filled, '.') << "] step " << state_.step
                  << " | ep " << state_.epoch + 1 << " | loss " << fmt("%.3f", loss) << " | ppl " << fmt("%.2f", std::exp(nll))

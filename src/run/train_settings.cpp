@@ -91,6 +91,13 @@ std::vector<Setting<TrainConfig>> build_table() {
                                    [](auto& c) -> auto& { return c.optim.schedule.total_steps; }));
     t.push_back(real_setting<T>("min-lr", "optim.min_lr", opt, "Floor of cosine/linear decay", 0, 1000,
                                 [](auto& c) -> auto& { return c.optim.schedule.min_lr; }));
+    t.push_back(added_later(real_setting<T>(
+        "cooldown", "optim.cooldown", opt,
+        "Over this last fraction of the run, bring the learning rate down linearly to 0 (0 = off): of\n"
+        "--max-steps's steps, or of --time-budget's minutes (then by the clock), whichever stop is nearer.\n"
+        "For the schedules that never end (noam, inverse_sqrt, constant): a short run ends with a small\n"
+        "learning rate, which scores better; cosine and linear decay by themselves",
+        0, 1, [](auto& c) -> auto& { return c.optim.cooldown; }, false, true)));
     t.push_back(real_setting<T>("beta1", "optim.beta1", opt, "Adam beta1", 0, 1, [](auto& c) -> auto& { return c.optim.beta1; },
                                 false, true));
     t.push_back(real_setting<T>("beta2", "optim.beta2", opt, "Adam beta2", 0, 1, [](auto& c) -> auto& { return c.optim.beta2; },
@@ -493,6 +500,10 @@ ResolvedTrainConfig resolve_train_config(const TrainArguments& args) {
         throw std::invalid_argument(std::string("--schedule ") + schedule_kind_name(schedule.kind) +
                                     " decays over --total-steps, which defaults to --max-steps; with only --time-budget "
                                     "or --epochs the number of steps is not known: give --max-steps or --total-steps");
+    if (decays && c.optim.cooldown > 0)
+        throw std::invalid_argument(std::string("--cooldown with --schedule ") + schedule_kind_name(schedule.kind) +
+                                    ": that schedule decays to --min-lr at --total-steps by itself; the cooldown is for "
+                                    "noam, inverse_sqrt and constant");
     if (schedule.total_steps == 0) schedule.total_steps = c.max_steps;
     schedule.d_model = c.model.d_model;
     check_schedule_covers_run(c, false);

@@ -268,7 +268,8 @@ std::string overview(const RunData& d) {
         const Setting<TrainConfig>* optimizer = find_setting(train_settings(), "optim.optimizer", /*by_key=*/true);
         const Setting<TrainConfig>* schedule = find_setting(train_settings(), "optim.schedule", /*by_key=*/true);
         row("optimisation", optimizer->get(c) + ", schedule " + schedule->get(c) + " (lr " + num(c.optim.schedule.lr) +
-                                ", warmup " + std::to_string(c.optim.schedule.warmup) + "), label smoothing " +
+                                ", warmup " + std::to_string(c.optim.schedule.warmup) +
+                                (c.optim.cooldown > 0 ? ", cooldown " + num(c.optim.cooldown) : std::string()) + "), label smoothing " +
                                 num(c.optim.label_smoothing) + ", clip " + num(c.optim.clip));
         row("data", c.data.train_src + (c.model.decoder_only() ? "" : " / " + c.data.train_tgt) + ", batch tokens " +
                         std::to_string(c.data.batch_tokens));
@@ -381,18 +382,25 @@ std::string schedule_section(const RunData& d) {
     c.title = s.describe();
     c.x_label = "step";
     c.y_label = "learning rate";
-    LineSeries planned = series("schedule lr(step)", {}, {});
+    // With a cooldown, the curve takes the run to end at `total` (its --max-steps, or the last step logged)
+    const double cooldown = d.run->optim.cooldown;
+    LineSeries planned = series(cooldown > 0 ? "schedule lr(step) × cooldown" : "schedule lr(step)", {}, {});
     const std::int64_t n = std::min<std::int64_t>(total, 400);
     for (std::int64_t i = 0; i <= n; ++i) {
         const std::int64_t step = std::max<std::int64_t>(1, total * i / n);
         planned.x.push_back(double(step));
-        planned.y.push_back(s.lr_at(step));
+        planned.y.push_back(s.lr_at(step) * cooldown_factor(double(step - 1) / double(total), cooldown));
     }
     c.series.push_back(planned);
     if (!d.train.empty()) c.series.push_back(series("logged", steps(d.train), column(d.train, &MetricsLine::lr), false, true));
     if (s.warmup > 0) c.x_marks.push_back({double(s.warmup), "warmup ends"});
+    const std::string cooling =
+        cooldown > 0 ? " Over the run's last " + num(100 * cooldown) + "% the rate falls linearly to 0 (--cooldown): the curve "
+                       "takes the run to end at step " + std::to_string(total) + "; a run that stops by its time budget "
+                       "cools down by the clock, so there the dots may leave the curve."
+                     : std::string();
     return para("The learning rate as a function of the update step (schedule.h), over the run's steps; the dots are "
-                "the rates training logged, which lie on the curve.") +
+                "the rates training logged, which lie on the curve." + cooling) +
            line_chart_svg(c);
 }
 

@@ -45,6 +45,9 @@ struct OptimConfig {
     double ema = 0;                    // decay of the weight average that validation scores and the model
                                        // keeps (WeightAverage, optim.h); 0 = none: the last step's weights
     Schedule schedule;                 // Noam by default: lr = factor · C^-0.5 · min(s^-0.5, s · w^-1.5)
+    double cooldown = 0;               // over this last fraction of the run the schedule's lr falls linearly to 0
+                                       // (cooldown_factor, schedule.h): of its steps or of its time budget,
+                                       // whichever stop is nearer; 0 = none. Not with cosine or linear
 };
 
 struct TrainConfig {
