@@ -370,11 +370,12 @@ std::vector<Preset> train_presets() {
          "tapeformer data reverse --out data/reverse"},
         {"multi30k",
          "Multi30k German->English from $TAPEFORMER_MULTI30K (default ../shared/data/multi30k), the reference setup of "
-         "../shared/bench/README.md",
+         "../shared/bench/README.md, with a weight average and a cooldown over the run's last 40%",
          {{"train-src", m + "/train.de"}, {"train-tgt", m + "/train.en"}, {"valid-src", m + "/val.de"},
           {"valid-tgt", m + "/val.en"}, {"tokenizer", "unigram"}, {"vocab-size", "8000"}, {"tie", "all"},
           {"d-model", "256"}, {"heads", "4"}, {"ffn", "512"}, {"layers", "3"}, {"dropout", "0.1"},
-          {"batch-tokens", "2600"}, {"max-len", "100"}, {"lr", "1.0"}, {"warmup", "800"}, {"ema", "0.999"}, {"epochs", "100"},
+          {"batch-tokens", "2600"}, {"max-len", "100"}, {"lr", "1.0"}, {"warmup", "800"}, {"cooldown", "0.4"}, {"ema", "0.999"},
+          {"epochs", "100"},
           {"valid-every", "1000"}, {"checkpoint-every", "1000"}, {"log-every", "100"}},
          "get Multi30k (see README.md) and set $TAPEFORMER_MULTI30K to its directory"},
     };
