@@ -1,8 +1,9 @@
 // Learning-rate schedules: the learning rate as a pure function of the (1-based) update step.
 //
 // The trainer calls lr_at(step) once per optimizer update, step = 1 for the first update, and passes the
-// result (times cooldown_factor, below, when the run has a cooldown) to Optimizer::step. Every schedule with a warmup rises linearly, lr·s/w, reaching its peak at
-// step w (the same ramp as the paper's, whose peak is also at s = w).
+// result (times cooldown_factor, below, when the run has a cooldown) to Optimizer::step. Every schedule with
+// a warmup rises linearly, lr·s/w, reaching its peak at step w (the same ramp as the paper's, whose peak is
+// also at s = w).
 #pragma once
 #include <cstdint>
 #include <string>

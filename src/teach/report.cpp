@@ -382,21 +382,22 @@ std::string schedule_section(const RunData& d) {
     c.title = s.describe();
     c.x_label = "step";
     c.y_label = "learning rate";
-    // With a cooldown, the curve takes the run to end at `total` (its --max-steps, or the last step logged)
+    // With a cooldown, the curve takes the run to end at its --max-steps, or else at the last step logged
     const double cooldown = d.run->optim.cooldown;
+    const std::int64_t end = d.run->max_steps ? d.run->max_steps : d.train.empty() ? total : d.train.back().step;
     LineSeries planned = series(cooldown > 0 ? "schedule lr(step) × cooldown" : "schedule lr(step)", {}, {});
     const std::int64_t n = std::min<std::int64_t>(total, 400);
     for (std::int64_t i = 0; i <= n; ++i) {
         const std::int64_t step = std::max<std::int64_t>(1, total * i / n);
         planned.x.push_back(double(step));
-        planned.y.push_back(s.lr_at(step) * cooldown_factor(double(step - 1) / double(total), cooldown));
+        planned.y.push_back(s.lr_at(step) * cooldown_factor(double(step - 1) / double(end), cooldown));
     }
     c.series.push_back(planned);
     if (!d.train.empty()) c.series.push_back(series("logged", steps(d.train), column(d.train, &MetricsLine::lr), false, true));
     if (s.warmup > 0) c.x_marks.push_back({double(s.warmup), "warmup ends"});
     const std::string cooling =
         cooldown > 0 ? " Over the run's last " + num(100 * cooldown) + "% the rate falls linearly to 0 (--cooldown): the curve "
-                       "takes the run to end at step " + std::to_string(total) + "; a run that stops by its time budget "
+                       "takes the run to end at step " + std::to_string(end) + "; a run that stops by its time budget "
                        "cools down by the clock, so there the dots may leave the curve."
                      : std::string();
     return para("The learning rate as a function of the update step (schedule.h), over the run's steps; the dots are "
