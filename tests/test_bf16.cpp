@@ -310,3 +310,27 @@ TEST_CASE("train: --precision auto is the default, run.json records what it chos
     old.erase("precision");
     CHECK(tf::train_config_from_json(old.dump()).precision == Precision::FP32);
 }
+
+TEST_CASE("bf16 training gives the same losses and weights on 1 and 2 threads",
+          "[bf16][train][determinism]") {
+    if (skip_without_bf16()) return;
+    TempDir tmp;
+    tf::TrainConfig one = toy_config(tmp / "one", Precision::BF16), two = toy_config(tmp / "two", Precision::BF16);
+    one.max_steps = two.max_steps = 30;
+    two.threads = 2;
+    train_logged(one);
+    train_logged(two);
+    const std::vector<double> losses = tf_test::train_losses(tmp / "one");
+    REQUIRE(losses.size() == 3);
+    CHECK(tf_test::train_losses(tmp / "two") == losses);
+    // The weights' bytes, after the header (which names each run by its own id).
+    auto weights = [](const std::string& file) {
+        const std::string bytes = tf_test::read_all(file);
+        REQUIRE(bytes.size() >= 8);
+        std::uint64_t header = 0;
+        std::memcpy(&header, bytes.data(), 8);  // safetensors: a little-endian header length, the JSON header, the data
+        REQUIRE(bytes.size() > 8 + header);
+        return bytes.substr(8 + header);
+    };
+    CHECK(weights(tmp / "two" + "/model.safetensors") == weights(tmp / "one" + "/model.safetensors"));
+}
