@@ -444,7 +444,10 @@ TEST_CASE("report: headless Chromium renders every chart, the page makes no requ
     const std::string canary = "http://tapeformer-canary.invalid/pixel.png";
     write_all(tmp / "control.html", "<!DOCTYPE html><html><body><img src=\"" + canary + "\"></body></html>\n");
     BrowserRun control = run_chromium(chromium, tmp, tmp / "control.html", "--dump-dom", proxy.port());
-    REQUIRE(control.status == 0);
+    {
+        INFO("chromium exit " << control.status << " on the page without a CSP, log:\n" << control.log.substr(0, 3000));
+        REQUIRE(control.status == 0);
+    }
     INFO("requests that reached the proxy:\n" << joined(proxy.requests()));
     CHECK(joined(page_requests(proxy.requests())).find("tapeformer-canary.invalid") != std::string::npos);
     // ... and the same page under the report's CSP sends none, and Chromium logs the refusal.
@@ -453,9 +456,12 @@ TEST_CASE("report: headless Chromium renders every chart, the page makes no requ
               "<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
               "style-src 'unsafe-inline'\"></head><body><img src=\"" + canary + "\"></body></html>\n");
     control = run_chromium(chromium, tmp, tmp / "control_csp.html", "--dump-dom", proxy.port());
-    REQUIRE(control.status == 0);
-    CHECK(page_requests(proxy.requests()).empty());
-    CHECK(control.log.find("Content Security Policy") != std::string::npos);
+    {
+        INFO("chromium exit " << control.status << " on the page with the CSP, log:\n" << control.log.substr(0, 3000));
+        REQUIRE(control.status == 0);
+        CHECK(page_requests(proxy.requests()).empty());
+        CHECK(control.log.find("Content Security Policy") != std::string::npos);
+    }
 
     // The report: the DOM Chromium built holds every section and chart; no request reached the proxy and
     // nothing was refused (a refusal would mean the page tried to load something).
