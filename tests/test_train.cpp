@@ -35,6 +35,7 @@
 #include "tapeformer/run/train.h"
 #include "tapeformer/study/head_log.h"
 #include "helpers.h"
+#include "training.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -160,18 +161,6 @@ std::vector<json> of_type(const std::vector<json>& metrics, const std::string& t
 }
 
 json read_state(const std::string& dir) { return json::parse(read_all(dir + "/state.json")); }
-
-// Two weights files of two runs hold the same tensors and metadata, but for the run id each run has.
-bool same_weights_file(const std::string& a, const std::string& b) {
-    tf::SafetensorsFile x = tf::load_safetensors(a), y = tf::load_safetensors(b);
-    for (auto* f : {&x, &y})
-        for (const char* key : {"tapeformer.run_id", tf::kSafetensorsChecksumKey}) f->metadata.erase(key);
-    if (x.metadata != y.metadata || x.tensors.size() != y.tensors.size()) return false;
-    for (const auto& [name, entry] : x.tensors)
-        if (!y.tensors.count(name) || y.tensors.at(name).shape != entry.shape || y.tensors.at(name).values != entry.values)
-            return false;
-    return true;
-}
 
 std::string checkpoint_name(std::int64_t step) {
     char name[64];

@@ -1,5 +1,5 @@
 // What the cases that train end to end share: the copy task's training set-up (learns, reference mode, the
-// attention variants) and reading a run's training losses back.
+// attention variants), reading a run's training losses back, and comparing two runs' weights.
 //
 // copy_task_config: 1+1 layers, C 32, H 2, F 64, word tokens, batches of 100 sequences of 10 + EOS,
 // Noam schedule with lr 1 and warmup 200, no dropout, no validation, 2 threads, a log line every 100 steps
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tapeformer/run/train_settings.h"
+#include "tapeformer/safetensors.h"
 #include "helpers.h"
 
 namespace tf_test {
@@ -50,6 +51,18 @@ inline std::vector<double> train_losses(const std::string& dir) {
         if (m.at("type") == "train") losses.push_back(m.at("loss").get<double>());
     }
     return losses;
+}
+
+// Two weights files of two runs hold the same tensors and metadata, but for the run id each run has.
+inline bool same_weights_file(const std::string& a, const std::string& b) {
+    tf::SafetensorsFile x = tf::load_safetensors(a), y = tf::load_safetensors(b);
+    for (auto* f : {&x, &y})
+        for (const char* key : {"tapeformer.run_id", tf::kSafetensorsChecksumKey}) f->metadata.erase(key);
+    if (x.metadata != y.metadata || x.tensors.size() != y.tensors.size()) return false;
+    for (const auto& [name, entry] : x.tensors)
+        if (!y.tensors.count(name) || y.tensors.at(name).shape != entry.shape || y.tensors.at(name).values != entry.values)
+            return false;
+    return true;
 }
 
 }  // namespace tf_test
