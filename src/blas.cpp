@@ -1,6 +1,7 @@
-// Every product of the library: split into tiles of C whose sizes depend on its shape only, planned in
-// groups, and shared out among OpenMP's threads, each tile one single-threaded call to the library below it
-// (blas_backends.h: OpenBLAS, libxsmm, oneDNN). And the product timer of `bench train --profile`.
+// Every product of the library: split into tiles of C whose sizes depend on its shape (and the library that
+// runs it) only, planned in groups, and shared out among OpenMP's threads, each tile one single-threaded call
+// to the library below it (blas_backends.h: OpenBLAS, libxsmm, oneDNN). And the product timer of `bench train
+// --profile`.
 #include "tapeformer/blas.h"
 #include "tapeformer/parallel.h"
 #include "tapeformer/reference_ops.h"
@@ -19,16 +20,16 @@
 TF_NAMESPACE_BEGIN
 
 // ---- gemm: one product split into tiles of C -------------------------------------------------------------
-// Every product is split here, into tiles of C whose sizes depend on the product's shape only — never on
-// the thread count — and the tiles are shared out among OpenMP's threads, each tile one single-threaded
-// BLAS call over the whole inner dimension: libxsmm or sgemm for small products (kSmallProduct, above),
-// oneDNN's matmul for the others where it has AVX-512 kernels (cpu_has_avx512 below). (OpenBLAS's OpenMP
-// build runs single-threaded inside a parallel region, and outside one for small products; larger products
-// always run inside one.) So
-// each element of C is computed by the same kernel call, summing the same numbers in the same order, on
-// 1, 2 or 16 threads: results are bit-identical whatever the thread count. (OpenBLAS's own threading
-// splits a product by the thread count, and its single- and multi-threaded paths block the inner
-// dimension differently on some kernel sets, e.g. Haswell with OPENBLAS_L2_SIZE on AMD EPYC.)
+// Every product is split here, into tiles of C whose sizes depend on the product's shape only (and on which
+// library runs its tiles: tiling's rows_first) — never on the thread count — and the tiles are shared out
+// among OpenMP's threads, each tile one single-threaded BLAS call over the whole inner dimension: libxsmm or
+// sgemm for small products (kSmallProduct, above), oneDNN's matmul for the others where it has AVX-512
+// kernels (cpu_has_avx512 below). (OpenBLAS's OpenMP build runs single-threaded inside a parallel region, and
+// outside one for small products; larger products always run inside one.) So each element of C is computed
+// by the same kernel call, summing the same numbers in the same order, on 1, 2 or 16 threads: results are
+// bit-identical whatever the thread count. (OpenBLAS's own threading splits a product by the thread count,
+// and its single- and multi-threaded paths block the inner dimension differently on some kernel sets, e.g.
+// Haswell with OPENBLAS_L2_SIZE on AMD EPYC.)
 
 namespace {
 
@@ -42,12 +43,17 @@ struct Tiling {
 
 // Halves the longer side of the tile while the product has work for more tiles: tiles of at least
 // kMinSplit/2 rows or columns keep the cost of packing the operands small next to the multiply-adds.
-Tiling tiling(std::int64_t M, std::int64_t N, std::int64_t K) {
+// `rows_first`: halves the rows while they have kMinSplit, whichever side is longer. A band of whole rows of
+// C and of A (not transposed) is dense where the matrices are, and oneDNN 2.6 runs a dense fp32 product with
+// its brgemm kernel, in the scratch space run_product hands it, where a strided one goes to its gemm:jit,
+// which mallocs packing buffers on every call: glibc keeps them, some 25 MB at the large benchmark config's
+// peak (bench/README.md, 2026-11-28 evening). Only for oneDNN's fp32 tiles: a bf16 step ran 14% slower so.
+Tiling tiling(std::int64_t M, std::int64_t N, std::int64_t K, bool rows_first) {
     Tiling t{M, N, 1, 1};
     const std::int64_t work = M * N * K;
     std::int64_t tiles = 1;
     while (tiles < kMaxTiles && work >= kSmallProduct * tiles) {
-        if (t.rows >= t.cols && t.rows >= kMinSplit) t.rows = (t.rows + 1) / 2;
+        if ((rows_first || t.rows >= t.cols) && t.rows >= kMinSplit) t.rows = (t.rows + 1) / 2;
         else if (t.cols >= kMinSplit) t.cols = (t.cols + 1) / 2;
         else if (t.rows >= kMinSplit / 8) t.rows = (t.rows + 1) / 2;  // a small C with a long inner dimension
         else break;
@@ -130,6 +136,15 @@ struct Planned {
 [[maybe_unused]] std::int64_t b_rows(const GemmCall& c) { return c.trans_b ? c.N : c.K; }  // B as stored
 [[maybe_unused]] std::int64_t b_cols(const GemmCall& c) { return c.trans_b ? c.K : c.N; }
 
+// Whether large fp32 products run as oneDNN tiles (on CPUs with AVX-512) rather than sgemm's.
+bool onednn_fp32_tiles() {
+#ifndef TAPEFORMER_F64
+    return g_precision != Precision::BF16 && cpu_has_avx512();
+#else
+    return false;
+#endif
+}
+
 // Rows [m0, m0 + m) and columns [n0, n0 + n) of C_e, the e-th product of the batch: α·op(A)·op(B) + β·C,
 // or + the bias. One single-threaded call.
 void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64_t n0, std::int64_t m, std::int64_t n) {
@@ -139,7 +154,7 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
 #ifndef TAPEFORMER_F64
     // oneDNN adds a bias in its kernel; elsewhere C starts as the bias rows, and the product is added to them
     // (the same sum, rounded by other kernels: the last bits differ).
-    const bool onednn = p.large && (g_precision == Precision::BF16 || cpu_has_avx512());
+    const bool onednn = p.large && (g_precision == Precision::BF16 || onednn_fp32_tiles());
 #else
     const bool onednn = false;
 #endif
@@ -253,7 +268,7 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
         const std::int64_t work = c.M * c.N * c.K;
         p.large = work >= kSmallProduct;
         if (p.large) {
-            p.tiling = tiling(c.M, c.N, c.K);
+            p.tiling = tiling(c.M, c.N, c.K, onednn_fp32_tiles());
             p.items = c.batch * p.tiling.row_tiles * p.tiling.col_tiles;
             any_large = true;
 #ifndef TAPEFORMER_F64

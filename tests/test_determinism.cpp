@@ -68,7 +68,8 @@ TEST_CASE("determinism: OpenBLAS runs the kernel set that OPENBLAS_CORETYPE asks
 }
 
 TEST_CASE("determinism: gemm gives the same bits on any thread count, for every transpose", "[determinism]") {
-    // (M, N, K): row tiles; row and column tiles; one tile with a long inner dimension; a wide C.
+    // (M, N, K): row tiles (dense bands: oneDNN's brgemm where it runs fp32 tiles); row and column tiles (row
+    // tiles only there); one tile with a long inner dimension; a wide C (column tiles).
     const std::int64_t shapes[][3] = {{1280, 256, 256}, {600, 700, 40}, {17, 40, 5000}, {64, 8000, 256}, {256, 256, 1280}};
     check_same_on_every_thread_count([&] {
         std::vector<std::vector<real>> out;

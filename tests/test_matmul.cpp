@@ -196,8 +196,9 @@ TEST_CASE("matmul rejects mismatched shapes, naming the op and the shapes", "[ma
 
 TEST_CASE("gemm splits a large product into tiles that give the reference result, for every transpose",
           "[matmul]") {
-    // (M, N, K): many row tiles; row and column tiles; a thin C with a long inner dimension (one tile, run
-    // in a parallel region); a wide C; each with padded strides and beta = 1 onto existing values.
+    // (M, N, K): many row tiles; row and column tiles (only row tiles where oneDNN runs fp32 tiles: tiling's
+    // rows_first); a thin C with a long inner dimension (one tile, run in a parallel region); a wide C (column
+    // tiles); each with padded strides and beta = 1 onto existing values.
     const std::int64_t shapes[][3] = {{1000, 64, 96}, {600, 700, 40}, {17, 40, 5000}, {40, 3000, 64}};
     const std::int64_t pad = 5;
     for (const auto& s : shapes)
