@@ -174,9 +174,7 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
     const real* Ai = c.trans_a ? A + m0 : A + m0 * c.lda;  // rows m0.. of op(A): columns of A when stored transposed
     const real* Bi = c.trans_b ? B + n0 * c.ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
 #ifndef TAPEFORMER_F64
-    if (g_precision == Precision::BF16) {
-        if (!p.large)
-            return bf16_small_product(c.trans_a, c.trans_b, m, n, c.K, c.alpha, Ai, c.lda, Bi, c.ldb, beta, C, c.ldc);
+    if (g_precision == Precision::BF16 && p.large) {  // small products stay fp32 (blas.h)
         const std::int64_t ac = a_cols(c), bc = b_cols(c);
         const bf16_t* A16 = p.A16 + e * a_rows(c) * ac;
         const bf16_t* B16 = p.B16 + e * b_rows(c) * bc;

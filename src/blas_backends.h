@@ -45,11 +45,6 @@ using TileKey = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t,
 // + the bias on every row, added in the kernel: one oneDNN matmul on this thread.
 void onednn_tile(const TileKey& key, const void* A, const void* B, float* C, const float* bias = nullptr);
 
-// A product below kSmallProduct multiply-adds in bf16 precision: operands rounded to bf16, held as floats,
-// multiplied by gemm_impl. One single-threaded call.
-void bf16_small_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
-                        std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
-
 #ifndef TAPEFORMER_F64
 // Whether a held matrix (FrozenMatrices) took the product: then it is done, computed on this thread.
 bool held_product(const GemmCall& c);

@@ -61,19 +61,6 @@ void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::in
 
 namespace {
 
-// x (rows, cols) with row stride ld -> out (rows, cols), dense: the values rounded to bf16, held as floats.
-void round_through_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, float* out) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * ld;
-        float* o = out + r * cols;
-#pragma omp simd
-        for (std::int64_t c = 0; c < cols; ++c) {
-            const std::uint32_t u = std::uint32_t(to_bf16(xr[c])) << 16;
-            std::memcpy(o + c, &u, sizeof u);
-        }
-    }
-}
-
 // OpenMP's thread count for oneDNN is 1 while one of these lives (the calling thread's setting only).
 struct OneThread {
     int saved = omp_get_max_threads();
@@ -302,24 +289,6 @@ void int8_quantize_rows(const float* x, std::int64_t rows, std::int64_t cols, st
     }
 }
 
-// Products below kSmallProduct multiply-adds (attention's per-head 20×64·64×20, and everything in toy
-// models): A and B rounded to bf16 but held as floats, multiplied by sgemm. A product of two bf16 values is
-// exact in fp32 and the sums are fp32, so this computes what oneDNN's bf16 kernel computes (up to the order
-// of the sums), without its cost per call, which for these sizes exceeds the product itself (the backward
-// of attention's products: 110 ms a step through oneDNN's batched bf16 matmul, 28 ms this way, default
-// bench config). One single-threaded call.
-void bf16_small_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
-                                                float alpha, const float* A, std::int64_t lda, const float* B,
-                                                std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-    const std::int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-    thread_local std::vector<float> a_r, b_r;  // this thread's rounded copies of A and B
-    a_r.resize(std::size_t(a_rows * a_cols));
-    b_r.resize(std::size_t(b_rows * b_cols));
-    round_through_bf16(A, a_rows, a_cols, lda, a_r.data());
-    round_through_bf16(B, b_rows, b_cols, ldb, b_r.data());
-    gemm_impl(ta, tb, M, N, K, alpha, a_r.data(), a_cols, b_r.data(), b_cols, beta, C, ldc);
-}
-
 // ---- frozen matrices -----------------------------------------------------------------------------------
 
 namespace {
@@ -414,7 +383,8 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     if (!cpu_has_avx512() || !holds(B, N, K, ldb)) return false;
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
-    const Precision p = g_precision;
+    // bf16 precision leaves products below kSmallProduct in fp32, held or not (blas.h)
+    const Precision p = g_precision == Precision::BF16 && M * N * K < kSmallProduct ? Precision::FP32 : g_precision;
     const bool bf16 = p == Precision::BF16, int8 = p == Precision::INT8;
     const dt type = int8 ? dt::s8 : bf16 ? dt::bf16 : dt::f32;
     const std::int64_t a_ld = bf16 || int8 ? K : lda;

@@ -60,11 +60,11 @@ void write_or_add(const GradTarget& dst, std::int64_t n, F f) {
     }
 }
 
-// dst[c] (=|+=) Σ_r f(r, c) for the columns of block `blk` (column_blocks) of an (R, Cn) layout.
+// dst[c] (=|+=) Σ_r f(r, c) for columns [c0, c1) of an (R, ·) layout, adding rows in order: each column's sum
+// is the same whatever range it is summed in.
 template <class F>
-void sum_column_block(std::int64_t R, std::int64_t Cn, std::int64_t blk, const GradTarget& dst, F f) {
+void sum_columns(std::int64_t R, std::int64_t c0, std::int64_t c1, const GradTarget& dst, F f) {
     real* out = dst.data;
-    const std::int64_t c0 = blk * kColumnBlock, c1 = std::min(Cn, c0 + kColumnBlock);
     std::int64_t r = 0;
     if (dst.overwrite && R > 0) {
 #pragma omp simd
@@ -74,6 +74,12 @@ void sum_column_block(std::int64_t R, std::int64_t Cn, std::int64_t blk, const G
     for (; r < R; ++r)
 #pragma omp simd
         for (std::int64_t c = c0; c < c1; ++c) out[c] += f(r, c);
+}
+
+// sum_columns over the columns of block `blk` (column_blocks) of an (R, Cn) layout.
+template <class F>
+void sum_column_block(std::int64_t R, std::int64_t Cn, std::int64_t blk, const GradTarget& dst, F f) {
+    sum_columns(R, blk * kColumnBlock, std::min(Cn, (blk + 1) * kColumnBlock), dst, f);
 }
 
 // dst[c] += Σ_r f(r, c) for an (R, Cn) layout: the gradient of something broadcast over rows (a bias).
