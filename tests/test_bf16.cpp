@@ -1,6 +1,6 @@
 // --precision bf16 (blas.h): gemm's bf16 products against an fp32 reference computed from the
-// bf16-rounded operands, small products left in fp32, the same results on 1 and 2 threads, the setting and its fallback, a bf16 training
-// run that tracks the fp32 one, and the CLI flags. Cases that need bf16 instructions are skipped, with a
+// bf16-rounded operands, small products left in fp32, the same results on 1 and 2 threads, the setting and
+// its fallback, a bf16 training run that tracks the fp32 one, and the CLI flags. Cases that need bf16 instructions are skipped, with a
 // message, on a CPU without them.
 #include <catch2/catch.hpp>
 
@@ -137,7 +137,7 @@ TEST_CASE("bf16 gemm matches an fp32 reference on the bf16-rounded operands", "[
 
 TEST_CASE("bf16 precision leaves products below 2^18 multiply-adds in fp32: sgemm's bits", "[bf16]") {
     if (skip_without_bf16()) return;
-    // Attention's per-head products in the benchmark's model, and the largest shapes just below the bound.
+    // Attention's per-head products in the benchmark's model, a shape just below the bound, an odd one.
     const std::vector<Product> products = {
         {false, true, 20, 20, 64, 0.125f, 0}, {false, false, 20, 64, 20, 1, 0}, {true, false, 20, 64, 20, 1, 1},
         {false, true, 64, 64, 63, 1, 1},      {true, true, 37, 29, 51, 1, 1},
@@ -256,7 +256,8 @@ TEST_CASE("bf16 training loss tracks the fp32 loss on the toy corpus", "[bf16][t
     REQUIRE(bf16.size() == fp32.size());
     CHECK(bf16 != fp32);  // the products really were bf16
     std::ostringstream both;
-    for (std::size_t i = 0; i < fp32.size(); ++i) both << "step " << 10 * (i + 1) << ": " << fp32[i] << " / " << bf16[i] << "\n";
+    for (std::size_t i = 0; i < fp32.size(); ++i)
+        both << "step " << 10 * (i + 1) << ": " << fp32[i] << " / " << bf16[i] << "\n";
     INFO("losses fp32 / bf16 at each logged step:\n" << both.str());
     // The first logged loss, before the two runs drift apart: within 0.5% (measured on an AMD EPYC Zen 4,
     // 2026-11-28: 5.39775 against 5.39732, 0.01%). Later each logged loss is one batch's, and the two runs part

@@ -64,10 +64,10 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs = 0,
 // oneDNN's bf16 matmul, summing in fp32 — PyTorch's CPU autocast recipe for matmuls. Smaller products
 // (attention's per-head ones, 20×64 by 64×20 in the benchmark's model; a held matrix times 1–3 rows) stay
 // fp32: no bf16 kernel runs them faster than sgemm, and rounding their operands cost a bf16 training step
-// 5 ms of its 216 for nothing (bench/README.md, 2026-11-28 night). Everything else (the weights and the optimizer's
-// state, softmax, layer norm, the loss) stays fp32. The products are split into tiles as sgemm's are, each tile one
-// single-threaded oneDNN call, so bf16 results too are the same on any thread count. The float64 build
-// (gradient checks) ignores the setting.
+// 5 ms of its 216 for nothing (bench/README.md, 2026-11-28 night). Everything else (the weights and the
+// optimizer's state, softmax, layer norm, the loss) stays fp32. The products are split into tiles as sgemm's
+// are, each tile one single-threaded oneDNN call, so bf16 results too are the same on any thread count. The
+// float64 build (gradient checks) ignores the setting.
 // INT8 (inference only; the float build, CPUs with AVX-512 VNNI): the products over held matrices
 // (FrozenMatrices below: a model's weights while it decodes — every linear layer and the output projection)
 // multiply int8 by int8 with int32 sums, CTranslate2's and PyTorch's quantize_dynamic recipe:
