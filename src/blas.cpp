@@ -23,7 +23,7 @@ TF_NAMESPACE_BEGIN
 // Every product is split here, into tiles of C whose sizes depend on the product's shape only (and on which
 // library runs its tiles: tiling's rows_first) — never on the thread count — and the tiles are shared out
 // among OpenMP's threads, each tile one single-threaded BLAS call over the whole inner dimension: libxsmm or
-// sgemm for small products (kSmallProduct, above), oneDNN's matmul for the others where it has AVX-512
+// sgemm for small products (kSmallProduct, blas.h), oneDNN's matmul for the others where it has AVX-512
 // kernels (cpu_has_avx512 below). (OpenBLAS's OpenMP build runs single-threaded inside a parallel region, and
 // outside one for small products; larger products always run inside one.) So each element of C is computed
 // by the same kernel call, summing the same numbers in the same order, on 1, 2 or 16 threads: results are
@@ -174,7 +174,7 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
     const real* Ai = c.trans_a ? A + m0 : A + m0 * c.lda;  // rows m0.. of op(A): columns of A when stored transposed
     const real* Bi = c.trans_b ? B + n0 * c.ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
 #ifndef TAPEFORMER_F64
-    if (g_precision == Precision::BF16 && p.large) {  // small products stay fp32 (blas.h)
+    if (product_precision(c.M * c.N * c.K) == Precision::BF16) {
         const std::int64_t ac = a_cols(c), bc = b_cols(c);
         const bf16_t* A16 = p.A16 + e * a_rows(c) * ac;
         const bf16_t* B16 = p.B16 + e * b_rows(c) * bc;
@@ -270,7 +270,7 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
             p.items = c.batch * p.tiling.row_tiles * p.tiling.col_tiles;
             any_large = true;
 #ifndef TAPEFORMER_F64
-            if (g_precision == Precision::BF16) {  // A and B rounded into dense bf16 copies, product by product
+            if (product_precision(work) == Precision::BF16) {  // A and B rounded into dense bf16 copies
                 const std::size_t slot = 2 * planned_count;
                 if (rounded.size() < slot + 2) rounded.resize(slot + 2);
                 p.A16 = round_operand(c.A, a_rows(c), a_cols(c), c.lda, c.batch, c.a_step, rounded[slot], plans.data(), planned_count);

@@ -9,10 +9,7 @@
 
 TF_NAMESPACE_BEGIN
 
-// Below this many multiply-adds a product is small: one tile (waking threads costs more than it saves; gemm
-// in blas.cpp), and libxsmm's. OpenBLAS keeps products up to this size single-threaded too (interface/gemm.c:
-// 65536 × GEMM_MULTITHREAD_THRESHOLD 4).
-constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
+// kSmallProduct (blas.h): below it a product is one tile, libxsmm's, and fp32 in bf16 precision.
 
 // ---- OpenBLAS (blas_openblas.cpp) ---------------------------------------------------------------------------
 // Whether small fp32 products go to libxsmm: unless OpenBLAS runs its SkylakeX (or Cooperlake) kernels.
@@ -32,6 +29,12 @@ bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t
 using bf16_t = std::uint16_t;  // the upper half of an fp32: sign, 8 exponent bits, 7 mantissa bits
 
 extern Precision g_precision;  // set_precision's
+
+// The precision a product of this many multiply-adds runs in: g_precision, but fp32 for a product below
+// kSmallProduct in bf16 precision (blas.h). Tiled products (blas.cpp) and held ones (FrozenMatrices) ask it.
+inline Precision product_precision(std::int64_t multiply_adds) {
+    return g_precision == Precision::BF16 && multiply_adds < kSmallProduct ? Precision::FP32 : g_precision;
+}
 
 // x (rows, cols) with row stride ld -> out (rows, cols), dense.
 void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out);

@@ -383,8 +383,7 @@ bool FrozenMatrices::multiply(std::int64_t M, std::int64_t N, std::int64_t K, re
     if (!cpu_has_avx512() || !holds(B, N, K, ldb)) return false;
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
-    // bf16 precision leaves products below kSmallProduct in fp32, held or not (blas.h)
-    const Precision p = g_precision == Precision::BF16 && M * N * K < kSmallProduct ? Precision::FP32 : g_precision;
+    const Precision p = product_precision(M * N * K);
     const bool bf16 = p == Precision::BF16, int8 = p == Precision::INT8;
     const dt type = int8 ? dt::s8 : bf16 ? dt::bf16 : dt::f32;
     const std::int64_t a_ld = bf16 || int8 ? K : lda;

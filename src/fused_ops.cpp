@@ -74,14 +74,14 @@ void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& 
     // band reads 2 KiB of each row of dy, where narrower ones would touch a new page for every 256 bytes (a
     // row of the output layer's dy is 32 KB). The sums do not depend on the bands.
     constexpr std::int64_t kBiasBand = 512;
-    auto db_block = [&](std::int64_t band) {
+    auto db_band = [&](std::int64_t band) {
         sum_columns(N, band * kBiasBand, std::min(out_f, (band + 1) * kBiasBand), db,
                     [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
     };
-    const std::int64_t db_blocks = db.data ? (out_f + kBiasBand - 1) / kBiasBand : 0;
-    if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_blocks, db_block);
+    const std::int64_t db_bands = db.data ? (out_f + kBiasBand - 1) / kBiasBand : 0;
+    if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_bands, db_band);
     gemm_group({dx_call});  // x is (a view of) the weight: its two gradients are one buffer, added in turn
-    gemm_group({dW_call}, db_blocks, db_block);
+    gemm_group({dW_call}, db_bands, db_band);
 }
 
 std::vector<Tensor> affine_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias) {

@@ -146,7 +146,7 @@ TEST_CASE("bf16 precision leaves products below 2^18 multiply-adds in fp32: sgem
     for (const Product& p : products) {
         INFO("op(A) (" << p.M << ", " << p.K << ")" << (p.ta ? "^T" : "") << " @ op(B) (" << p.K << ", " << p.N << ")"
                        << (p.tb ? "^T" : ""));
-        REQUIRE(p.M * p.N * p.K < (std::int64_t(1) << 18));
+        REQUIRE(p.M * p.N * p.K < tf::kSmallProduct);
         const std::int64_t a_rows = p.ta ? p.K : p.M, a_cols = p.ta ? p.M : p.K;
         const std::int64_t b_rows = p.tb ? p.N : p.K, b_cols = p.tb ? p.K : p.N;
         const std::int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = p.N + 2;

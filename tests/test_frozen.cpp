@@ -104,9 +104,9 @@ TEST_CASE("frozen matrices: a held product computes the product, fp32 and bf16, 
             const Operands o = operands(u, seed += 2);
             const std::vector<float> C = run(u, o);
             // The reference on what the product multiplies: the operands themselves, or rounded to bf16 (in
-            // bf16 precision, for products of 2^18 multiply-adds or more: smaller ones stay fp32, blas.h).
+            // bf16 precision, for products of kSmallProduct multiply-adds or more; smaller ones stay fp32).
             std::vector<float> A = o.A, B(u.B, u.B + u.N * u.K), ref = o.C0;
-            if (p == Precision::BF16 && u.M * u.N * u.K >= (std::int64_t(1) << 18)) {
+            if (p == Precision::BF16 && u.M * u.N * u.K >= tf::kSmallProduct) {
                 std::transform(A.begin(), A.end(), A.begin(), tf_test::round_bf16);
                 std::transform(B.begin(), B.end(), B.begin(), tf_test::round_bf16);
             }

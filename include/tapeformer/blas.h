@@ -58,16 +58,21 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs = 0,
 // The same product with three plain loops, which the tests compare gemm (and matmul) against, is
 // reference::gemm (reference_ops.h). In reference mode every product of the three above runs through it.
 
+// Below this many multiply-adds a product is small: one tile (waking threads costs more than it saves), and
+// libxsmm's; OpenBLAS keeps products up to this size single-threaded too (interface/gemm.c: 65536 ×
+// GEMM_MULTITHREAD_THRESHOLD 4). In bf16 precision a small product stays fp32 (below).
+constexpr std::int64_t kSmallProduct = std::int64_t(1) << 18;
+
 // ---- precision of the products ---------------------------------------------------------------------------
-// FP32: gemm is sgemm (the default). BF16 (the float build only): every product of at least 2^18
-// multiply-adds rounds its operands A and B to bfloat16 (to nearest, ties to even) and multiplies them with
-// oneDNN's bf16 matmul, summing in fp32 — PyTorch's CPU autocast recipe for matmuls. Smaller products
-// (attention's per-head ones, 20×64 by 64×20 in the benchmark's model; a held matrix times 1–3 rows) stay
-// fp32: no bf16 kernel runs them faster than sgemm, and rounding their operands cost a bf16 training step
-// 5 ms of its 216 for nothing (bench/README.md, 2026-11-28 night). Everything else (the weights and the
-// optimizer's state, softmax, layer norm, the loss) stays fp32. The products are split into tiles as sgemm's
-// are, each tile one single-threaded oneDNN call, so bf16 results too are the same on any thread count. The
-// float64 build (gradient checks) ignores the setting.
+// FP32: gemm is sgemm (the default). BF16 (the float build only): every product of at least kSmallProduct
+// (2^18) multiply-adds rounds its operands A and B to bfloat16 (to nearest, ties to even) and multiplies
+// them with oneDNN's bf16 matmul, summing in fp32 — PyTorch's CPU autocast recipe for matmuls. Smaller
+// products (attention's per-head ones, 20×64 by 64×20 in the benchmark's model; a held matrix times 1–3
+// rows) stay fp32: no bf16 kernel runs them faster than sgemm, and rounding their operands cost a bf16
+// training step 5 ms of its 216 for nothing (bench/README.md, 2026-11-28 night). Everything else (the
+// weights and the optimizer's state, softmax, layer norm, the loss) stays fp32. The products are split into
+// tiles as sgemm's are, each tile one single-threaded oneDNN call, so bf16 results too are the same on any
+// thread count. The float64 build (gradient checks) ignores the setting.
 // INT8 (inference only; the float build, CPUs with AVX-512 VNNI): the products over held matrices
 // (FrozenMatrices below: a model's weights while it decodes — every linear layer and the output projection)
 // multiply int8 by int8 with int32 sums, CTranslate2's and PyTorch's quantize_dynamic recipe:
