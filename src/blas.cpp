@@ -4,6 +4,7 @@
 // --profile`.
 #include "tapeformer/blas.h"
 #include "tapeformer/parallel.h"
+#include "tapeformer/pool.h"
 #include "tapeformer/reference_ops.h"
 
 #include "blas_backends.h"
@@ -14,7 +15,9 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 TF_NAMESPACE_BEGIN
@@ -205,10 +208,19 @@ void run_item(const Planned& p, std::int64_t i) {
 
 #ifndef TAPEFORMER_F64
 // The bf16 copy of an operand of a large product: X (rows, cols) with row stride ld, `batch` of them `step`
-// apart, rounded into `buffer` — or the copy an earlier product of the group made of the same matrices (a
-// linear layer's backward multiplies dy by W and, transposed, by x: dy is rounded once).
+// apart: the caller's (`given`, bf16_copy's), or the copy an earlier product of the group made of the same
+// matrices (a linear layer's backward multiplies dy by W and, transposed, by x: dy is rounded once), or
+// rounded here into `buffer`.
 const bf16_t* round_operand(const float* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch,
-                            std::int64_t step, std::vector<bf16_t>& buffer, const Planned* plans, std::size_t planned) {
+                            std::int64_t step, const Bf16Copy* given, std::vector<bf16_t>& buffer, const Planned* plans,
+                            std::size_t planned) {
+    if (given) {
+        if (batch != 1 || given->rows() != rows || given->cols() != cols)
+            throw std::logic_error("gemm: a bf16 copy of " + std::to_string(given->rows()) + "x" + std::to_string(given->cols()) +
+                                   " given for an operand of " + std::to_string(batch) + "x" + std::to_string(rows) + "x" +
+                                   std::to_string(cols));
+        return given->data();
+    }
     for (std::size_t k = 0; k < planned; ++k) {
         const GemmCall& o = plans[k].call;
         if (!plans[k].large || o.batch != batch) continue;
@@ -273,8 +285,10 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
             if (product_precision(work) == Precision::BF16) {  // A and B rounded into dense bf16 copies
                 const std::size_t slot = 2 * planned_count;
                 if (rounded.size() < slot + 2) rounded.resize(slot + 2);
-                p.A16 = round_operand(c.A, a_rows(c), a_cols(c), c.lda, c.batch, c.a_step, rounded[slot], plans.data(), planned_count);
-                p.B16 = round_operand(c.B, b_rows(c), b_cols(c), c.ldb, c.batch, c.b_step, rounded[slot + 1], plans.data(), planned_count);
+                p.A16 = round_operand(c.A, a_rows(c), a_cols(c), c.lda, c.batch, c.a_step, c.a16, rounded[slot], plans.data(),
+                                      planned_count);
+                p.B16 = round_operand(c.B, b_rows(c), b_cols(c), c.ldb, c.batch, c.b_step, c.b16, rounded[slot + 1], plans.data(),
+                                      planned_count);
             }
 #endif
         } else {
@@ -305,6 +319,32 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
     }
 #pragma omp parallel for schedule(dynamic)
     for (std::int64_t i = 0; i < total; ++i) run(i);
+}
+
+// ---- bf16 copies shared by products -----------------------------------------------------------------------
+
+Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld) : rows_(rows), cols_(cols) {
+#ifndef TAPEFORMER_F64
+    storage_ = pool_alloc((std::size_t(rows * cols) * sizeof(bf16_t) + sizeof(real) - 1) / sizeof(real));
+    bf16_t* values = reinterpret_cast<bf16_t*>(storage_);
+    values_ = values;
+    round_to_bf16(X, rows, cols, ld, values);
+#else
+    (void)X, (void)ld;
+    throw std::logic_error("Bf16Copy: the float64 build has no bf16 products");
+#endif
+}
+
+Bf16Copy::~Bf16Copy() { pool_free(storage_); }
+
+std::shared_ptr<const Bf16Copy> bf16_copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                          std::int64_t multiply_adds) {
+#ifndef TAPEFORMER_F64
+    if (!reference_mode() && multiply_adds >= kSmallProduct && product_precision(multiply_adds) == Precision::BF16)
+        return std::make_shared<const Bf16Copy>(X, rows, cols, ld);
+#endif
+    (void)X, (void)rows, (void)cols, (void)ld, (void)multiply_adds;
+    return nullptr;
 }
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, real alpha, const real* A,

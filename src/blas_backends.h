@@ -26,8 +26,6 @@ bool xsmm_product(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t
                   std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
 
 // ---- oneDNN, bf16, int8 and held matrices (blas_onednn.cpp) -------------------------------------------------------
-using bf16_t = std::uint16_t;  // the upper half of an fp32: sign, 8 exponent bits, 7 mantissa bits
-
 extern Precision g_precision;  // set_precision's
 
 // The precision a product of this many multiply-adds runs in: g_precision, but fp32 for a product below

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -49,24 +50,39 @@ AffineSizes check_affine(const char* op, const Tensor& x, const Tensor& weight, 
     return {x.shape().leading(), weight.size(1), out_f, out_shape};
 }
 
+// In bf16 precision, x and W rounded once for the layer's three products, which all have N·in·out
+// multiply-adds (Bf16Copy, blas.h); null otherwise, and where nothing records (no backward to share them with).
+struct AffineCopies {
+    std::shared_ptr<const Bf16Copy> x, weight;
+};
+
+AffineCopies affine_copies(const AffineSizes& s, const Tensor& x, const Tensor& weight, bool recording) {
+    if (!recording) return {};
+    const std::int64_t work = s.N * s.in_f * s.out_f;
+    return {bf16_copy(x.data(), s.N, s.in_f, s.in_f, work), bf16_copy(weight.data(), s.out_f, s.in_f, s.in_f, work)};
+}
+
 // y (N, out) = x (N, in) @ W (out, in)ᵀ, added onto the bias rows or written.
-void affine_forward(const AffineSizes& s, const Tensor& x, const Tensor& weight, const Tensor& bias, real* y) {
+void affine_forward(const AffineSizes& s, const Tensor& x, const Tensor& weight, const Tensor& bias, const AffineCopies& copies,
+                    real* y) {
     gemm_group({GemmCall{false, true, s.N, s.out_f, s.in_f, 1, x.data(), s.in_f, weight.data(), s.in_f, 0, y, s.out_f, 1, 0,
-                         0, 0, bias.defined() ? bias.data() : nullptr}});
+                         0, 0, bias.defined() ? bias.data() : nullptr, copies.x.get(), copies.weight.get()}});
 }
 
 // The gradients of in = {x, W[, b]} from the output's gradient dy (N, out). The three are independent: one
 // parallel region computes them together (gemm_group).
-void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& in) {
+void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& in, const AffineCopies& copies) {
     const std::int64_t N = s.N, in_f = s.in_f, out_f = s.out_f;
     GemmCall dx_call, dW_call;  // M = 0: not needed
     if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
         const GradTarget dx = in[0].grad_target();
         dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
+        dx_call.b16 = copies.weight.get();
     }
     if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
         const GradTarget dW = in[1].grad_target();
         dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
+        dW_call.b16 = copies.x.get();
     }
     GradTarget db{nullptr, false};
     if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
@@ -96,10 +112,12 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const AffineSizes s = check_affine("affine", x, weight, bias);
     if (reference_mode()) return reference::affine(x, weight, bias);  // matmul, then + b
     Tensor y = Tensor::empty(s.out_shape);  // (..., out)
-    affine_forward(s, x, weight, bias, y.data());
-    if (!needs_grad({&x, &weight, &bias})) return y;
+    const bool recording = needs_grad({&x, &weight, &bias});
+    const AffineCopies copies = affine_copies(s, x, weight, recording);
+    affine_forward(s, x, weight, bias, copies, y.data());
+    if (!recording) return y;
     return record("affine", y, affine_inputs(x, weight, bias),
-                  [s](Tensor& y, std::vector<Tensor>& in) { affine_backward(s, y.grad(), in); });
+                  [s, copies](Tensor& y, std::vector<Tensor>& in) { affine_backward(s, y.grad(), in, copies); });
 }
 
 // ---- slice_heads -----------------------------------------------------------------------------------------
@@ -211,15 +229,17 @@ Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
     if (!training || p == 0) return relu(affine(x, weight, bias));
     if (reference_mode()) return reference::affine_relu_dropout(x, weight, bias, p, rng, training);
     Tensor y = Tensor::empty(s.out_shape);  // (..., F)
-    affine_forward(s, x, weight, bias, y.data());
+    const bool recording = needs_grad({&x, &weight, &bias});
+    const AffineCopies copies = affine_copies(s, x, weight, recording);
+    affine_forward(s, x, weight, bias, copies, y.data());
     const DropoutDraws draws(rng, y.numel(), p);
     relu_dropout_values(draws, y.numel(), y.data(), y.data());
-    if (!needs_grad({&x, &weight, &bias})) return y;
+    if (!recording) return y;
     const real keep_scale = draws.keep_scale;
-    return record(op, y, affine_inputs(x, weight, bias), [s, keep_scale](Tensor& y, std::vector<Tensor>& in) {
+    return record(op, y, affine_inputs(x, weight, bias), [s, keep_scale, copies](Tensor& y, std::vector<Tensor>& in) {
         Tensor da = Tensor::empty(Shape{s.N, s.out_f});  // the pre-activation's gradient
         relu_dropout_backward(keep_scale, da.numel(), y.data(), y.grad(), GradTarget{da.data(), true});
-        affine_backward(s, da.data(), in);
+        affine_backward(s, da.data(), in, copies);
     });
 }
 

@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
+#include "tapeformer/autograd.h"
 #include "tapeformer/blas.h"
+#include "tapeformer/ops.h"
 #include "tapeformer/reference_ops.h"
 #include "tapeformer/random.h"
 #include "tapeformer/run/train.h"
@@ -169,6 +171,69 @@ TEST_CASE("bf16 precision leaves products below 2^18 multiply-adds in fp32: sgem
         tf::reference::gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A_r.data(), lda, B_r.data(), ldb, p.beta, C_r.data(), ldc);
         CHECK(in_bf16 != C_r);
     }
+}
+
+TEST_CASE("bf16 copies handed to gemm give the bits of its own rounding, and a linear layer's gradients are matmul's",
+          "[bf16]") {
+    if (skip_without_bf16()) return;
+    const std::vector<Product> products = {
+        {false, true, 1280, 768, 256, 1, 0}, {false, false, 1280, 256, 1024, 1, 1}, {true, false, 256, 1024, 1280, 1, 1}};
+    std::uint64_t seed = 60;
+    {
+        PrecisionScope scope(Precision::FP32);
+        const std::vector<float> X = uniform(64 * 64, seed++);
+        CHECK(tf::bf16_copy(X.data(), 64, 64, 64, tf::kSmallProduct) == nullptr);  // fp32 rounds nothing
+    }
+    PrecisionScope scope(Precision::BF16);
+    for (const Product& p : products) {
+        INFO("op(A) (" << p.M << ", " << p.K << ")" << (p.ta ? "^T" : "") << " @ op(B) (" << p.K << ", " << p.N << ")"
+                       << (p.tb ? "^T" : ""));
+        const std::int64_t a_rows = p.ta ? p.K : p.M, a_cols = p.ta ? p.M : p.K;
+        const std::int64_t b_rows = p.tb ? p.N : p.K, b_cols = p.tb ? p.K : p.N;
+        const std::int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = p.N + 2, work = p.M * p.N * p.K;
+        const std::vector<float> A = uniform(std::size_t(a_rows * lda), seed++), B = uniform(std::size_t(b_rows * ldb), seed++);
+        const std::vector<float> other = uniform(std::size_t(b_rows * ldb), seed++);
+        const std::vector<float> C0 = uniform(std::size_t(p.M * ldc), seed++);
+        CHECK(tf::bf16_copy(A.data(), a_rows, a_cols, lda, tf::kSmallProduct - 1) == nullptr);  // a small product's: none
+        const auto A16 = tf::bf16_copy(A.data(), a_rows, a_cols, lda, work), B16 = tf::bf16_copy(B.data(), b_rows, b_cols, ldb, work);
+        const auto other16 = tf::bf16_copy(other.data(), b_rows, b_cols, ldb, work);
+        REQUIRE(A16);
+        REQUIRE(B16);
+        auto with_copies = [&](const tf::Bf16Copy* a16, const tf::Bf16Copy* b16) {
+            std::vector<float> C = C0;
+            tf::GemmCall call{p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), lda, B.data(), ldb, p.beta, C.data(), ldc};
+            call.a16 = a16;
+            call.b16 = b16;
+            tf::gemm_group({call});
+            return C;
+        };
+        const std::vector<float> own = run_gemm(p, A, lda, B, ldb, C0, ldc);
+        CHECK(with_copies(A16.get(), B16.get()) == own);
+        CHECK(with_copies(A16.get(), nullptr) == own);
+        // The copy is what the product reads: another matrix's copy gives another product.
+        CHECK(with_copies(A16.get(), other16.get()) != own);
+        // A copy of another size is refused.
+        CHECK_THROWS_AS(with_copies(B16.get(), A16.get()), std::logic_error);
+    }
+    // affine rounds x and W once for its three products; matmul's backward rounds them again: the same bits.
+    const std::int64_t N = 160, in_f = 64, out_f = 96;  // 983,040 multiply-adds: bf16 products
+    const tf::Shape xs{2, 80, in_f};
+    const std::vector<float> xv = uniform(std::size_t(N * in_f), seed++), wv = uniform(std::size_t(out_f * in_f), seed++);
+    const std::vector<float> bv = uniform(std::size_t(out_f), seed++), up = uniform(std::size_t(N * out_f), seed++);
+    auto gradients = [&](bool fused) {
+        tf::Tensor x = tf::Tensor::from(xv, xs), w = tf::Tensor::from(wv, {out_f, in_f}), b = tf::Tensor::from(bv, {out_f});
+        x.set_requires_grad();
+        w.set_requires_grad();
+        b.set_requires_grad();
+        tf::Tensor y = fused ? tf::affine(x, w, b) : tf::add(tf::matmul(x.reshape({N, in_f}), w, false, true), b);
+        tf::backward(y, up);
+        return std::make_tuple(x.grad_vector(), w.grad_vector(), b.grad_vector());
+    };
+    const auto [dx, dw, db] = gradients(true);
+    const auto [dx_m, dw_m, db_m] = gradients(false);
+    CHECK(dx == dx_m);
+    CHECK(dw == dw_m);
+    CHECK(db == db_m);
 }
 
 TEST_CASE("bf16 gemm gives the same bits on 1 and 2 threads", "[bf16][determinism]") {

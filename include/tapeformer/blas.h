@@ -27,9 +27,42 @@ void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M
                   real alpha, const real* A, std::int64_t lda, std::int64_t a_step, const real* B, std::int64_t ldb,
                   std::int64_t b_step, real beta, real* C, std::int64_t ldc, std::int64_t c_step);
 
+using bf16_t = std::uint16_t;  // a bfloat16: the upper half of an fp32 (sign, 8 exponent bits, 7 mantissa bits)
+
+// A matrix rounded to bf16 once for several products that read it. In bf16 precision each large product
+// rounds its operands A and B (below); a linear layer's three products read x and W twice each (y = x·Wᵀ
+// forward, dx = dy·W and dW = dyᵀ·x backward), so the layer rounds them once in its forward and hands the
+// same copies to its backward (GemmCall's a16, b16): the same bits as rounding them again, and a third of a
+// bf16 step's rounding less (bench/README.md, 2026-11-28 night). The values live in the buffer pool.
+class Bf16Copy {
+public:
+    // X (rows, cols) with row stride ld, rounded to nearest even into dense rows.
+    Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld);
+    ~Bf16Copy();
+    Bf16Copy(const Bf16Copy&) = delete;
+    Bf16Copy& operator=(const Bf16Copy&) = delete;
+
+    const bf16_t* data() const { return values_; }  // (rows, cols), dense
+    std::int64_t rows() const { return rows_; }
+    std::int64_t cols() const { return cols_; }
+
+private:
+    real* storage_;  // from the pool: ⌈rows·cols·2 / sizeof(real)⌉ values
+    const bf16_t* values_;
+    std::int64_t rows_, cols_;
+};
+
+// The copy of X (rows, cols), row stride ld, that a product of `multiply_adds` multiply-adds would round it
+// into, to be read by several: null where that product would not round (fp32 or int8 precision, a product
+// below kSmallProduct, reference mode, the float64 build).
+std::shared_ptr<const Bf16Copy> bf16_copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                          std::int64_t multiply_adds);
+
 // One product of a group (gemm_group): `batch` products C_i = α·op(A_i)·op(B_i) + β·C_i as gemm_batched's,
 // or, with `bias` (N values), C_i = α·op(A_i)·op(B_i) + the bias on every row (β is then not used): added in
 // the kernel where oneDNN runs the product, onto rows that start as the bias elsewhere (sgemm, held matrices).
+// `a16`, `b16` (batch 1 only): bf16_copy's copies of A and B as stored, which a product that rounds its
+// operands reads instead of rounding them; others ignore them. A copy of another size throws std::logic_error.
 struct GemmCall {
     bool trans_a = false, trans_b = false;
     std::int64_t M = 0, N = 0, K = 0;
@@ -43,6 +76,8 @@ struct GemmCall {
     std::int64_t ldc = 0;
     std::int64_t batch = 1, a_step = 0, b_step = 0, c_step = 0;
     const real* bias = nullptr;
+    const Bf16Copy* a16 = nullptr;
+    const Bf16Copy* b16 = nullptr;
 };
 
 // Products that do not depend on each other, and `jobs` more pieces of other work (job(0) .. job(jobs-1),
