@@ -325,6 +325,7 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
 
 Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld) : rows_(rows), cols_(cols) {
 #ifndef TAPEFORMER_F64
+    const TimedProduct timed;  // the products' own work: they would round X themselves
     storage_ = pool_alloc((std::size_t(rows * cols) * sizeof(bf16_t) + sizeof(real) - 1) / sizeof(real));
     bf16_t* values = reinterpret_cast<bf16_t*>(storage_);
     values_ = values;
