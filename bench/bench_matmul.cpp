@@ -5,8 +5,8 @@
 //
 // With --precision bf16 the op runs as `--precision bf16` training runs it (operands rounded to bf16 per
 // call, tiles on oneDNN; products below 2^18 multiply-adds, the attention cases, stay fp32 sgemm) and the raw
-// side is oneDNN's own bf16 matmul at its best: operands already bf16, the weights side reordered once into
-// the layout the kernel asks for, one primitive over all threads. That is the anchor of issue #32 §1 — on an
+// side is oneDNN's own bf16 matmul at its best (fp32 for the attention cases, as the op): operands already
+// bf16, the weights side reordered once into the layout the kernel asks for, one primitive over all threads. That is the anchor of issue #32 §1 — on an
 // AMX CPU, AMX's rate for each shape — as sgemm is for fp32.
 // (--raw onednn gives the fp32 products the same treatment.)
 //
@@ -314,10 +314,11 @@ std::vector<Row> run_case(const Case& c, const Options& o) {
 
     // The raw side: sgemm (a loop of them for batched products, and the loop split across the threads), or
     // oneDNN's matmul over operands converted beforehand.
+    // In bf16 precision a product below kSmallProduct multiply-adds stays fp32 (blas.h): so does the raw one.
     std::unique_ptr<RawOnednn> onednn;
+    const bool bf16 = o.precision == tf::Precision::BF16 && g.M * g.N * g.K >= tf::kSmallProduct;
     if (o.raw_onednn)
-        onednn = std::make_unique<RawOnednn>(g, m, o.precision == tf::Precision::BF16 ? dnnl::memory::data_type::bf16
-                                                                                       : dnnl::memory::data_type::f32);
+        onednn = std::make_unique<RawOnednn>(g, m, bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32);
     auto raw_pass = [&](bool fwd, bool parallel) {
         if (!onednn) return fwd ? raw_forward(g, m, parallel) : raw_backward(g, m, parallel);
         for (const RawProduct& p : fwd ? onednn->forward : onednn->backward) p.run();
