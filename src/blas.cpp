@@ -105,6 +105,22 @@ private:
     std::chrono::steady_clock::time_point start_;
 };
 
+// Adds the wall time of the bf16 rounding it spans to g_timer's rounding_ms (made on the calling thread,
+// within a product's span, so counted in its time too).
+class TimedRounding {
+public:
+    TimedRounding() : on_(g_timer != nullptr), start_(std::chrono::steady_clock::now()) {}
+    ~TimedRounding() {
+        if (on_) g_timer->rounding_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    }
+    TimedRounding(const TimedRounding&) = delete;
+    TimedRounding& operator=(const TimedRounding&) = delete;
+
+private:
+    bool on_;
+    std::chrono::steady_clock::time_point start_;
+};
+
 }  // namespace
 
 ProductTimer::ProductTimer() {
@@ -227,6 +243,7 @@ const bf16_t* round_operand(const float* X, std::int64_t rows, std::int64_t cols
         if (o.A == X && a_rows(o) == rows && a_cols(o) == cols && o.lda == ld && o.a_step == step) return plans[k].A16;
         if (o.B == X && b_rows(o) == rows && b_cols(o) == cols && o.ldb == ld && o.b_step == step) return plans[k].B16;
     }
+    const TimedRounding timed;
     const std::int64_t n = rows * cols;
     buffer.resize(std::size_t(batch * n));
     for (std::int64_t e = 0; e < batch; ++e) round_to_bf16(X + e * step, rows, cols, ld, buffer.data() + e * n);
@@ -326,6 +343,7 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
 Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld) : rows_(rows), cols_(cols) {
 #ifndef TAPEFORMER_F64
     const TimedProduct timed;  // the products' own work: they would round X themselves
+    const TimedRounding rounding;
     storage_ = pool_alloc((std::size_t(rows * cols) * sizeof(bf16_t) + sizeof(real) - 1) / sizeof(real));
     bf16_t* values = reinterpret_cast<bf16_t*>(storage_);
     values_ = values;

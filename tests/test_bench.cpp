@@ -130,6 +130,7 @@ TEST_CASE("bench train: profiling times the ops of the real backward pass, in th
     // The products' wall time is part of a profiled step's, and the step has time outside them.
     CHECK(profiled.profile_products_ms > 0);
     CHECK(profiled.profile_products_ms < profiled.profile_step_ms);
+    CHECK(profiled.profile_rounding_ms == 0);  // fp32 rounds nothing to bf16
     for (const auto& [op, ms] : profiled.backward_ms_by_op) {
         INFO(op);
         CHECK(ms >= 0);

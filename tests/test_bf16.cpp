@@ -236,6 +236,28 @@ TEST_CASE("bf16 copies handed to gemm give the bits of its own rounding, and a l
     CHECK(db == db_m);
 }
 
+TEST_CASE("the product timer counts bf16 rounding as part of the products' time, and none in fp32", "[bf16][bench]") {
+    if (skip_without_bf16()) return;
+    const Product p{false, true, 1280, 768, 256, 1, 0};
+    const std::vector<float> A = uniform(std::size_t(p.M * p.K), 80), B = uniform(std::size_t(p.N * p.K), 81);
+    const std::vector<float> C0(std::size_t(p.M * p.N), 0.0f);
+    for (const Precision precision : {Precision::FP32, Precision::BF16}) {
+        INFO(tf::precision_name(precision));
+        PrecisionScope scope(precision);
+        tf::ProductTimer timer;
+        run_gemm(p, A, p.K, B, p.K, C0, p.N);
+        const auto copy = tf::bf16_copy(A.data(), p.M, p.K, p.K, p.M * p.N * p.K);  // null in fp32
+        CHECK(timer.calls >= 1);
+        CHECK(timer.ms > 0);
+        if (precision == Precision::FP32) {
+            CHECK(timer.rounding_ms == 0);
+        } else {
+            CHECK(timer.rounding_ms > 0);
+            CHECK(timer.rounding_ms <= timer.ms);
+        }
+    }
+}
+
 TEST_CASE("bf16 gemm gives the same bits on 1 and 2 threads", "[bf16][determinism]") {
     if (skip_without_bf16()) return;
     const std::vector<Product> products = {

@@ -66,7 +66,7 @@ void add_bench_command(CLI::App& app) {
                       "tgt-len tokens (stopping where beam's rule says; tokens/s counts those generated)")
         ->capture_default_str();
     train->add_option("--name", o->name, "Label copied into the JSON line");
-    train->add_option("--profile", o->profile, "After timing, N steps with per-op timers for both passes and the time in matrix products (printed)")
+    train->add_option("--profile", o->profile, "After timing, N steps with per-op timers for both passes and the time in matrix products, and in bf16 the part of it spent rounding their operands (printed)")
         ->capture_default_str();
     add_precision_option(*train, *precision);
     train->add_flag("--bf16", *bf16, "Same as --precision bf16 (torch_ref.py's flag, so that compare.sh can pass it to both)");

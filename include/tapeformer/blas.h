@@ -213,6 +213,7 @@ public:
 
     double ms = 0;           // summed wall time
     std::int64_t calls = 0;  // products timed
+    double rounding_ms = 0;  // of `ms`, the wall time spent rounding operands to bf16 (bf16 precision)
 };
 
 void set_threads(int n);   // n <= 0: all cores; 1 whatever n while reference mode is on (reference_ops.h)

@@ -378,6 +378,7 @@ void profile_steps(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
     for (std::int64_t i = 0; i < n; ++i) train_step(run, run.batches[i % kBatches], &phase, &ops);
     res.profile_step_ms = (phase["fwd"] + phase["bwd"] + phase["clip"] + phase["optim"]) / double(n);
     res.profile_products_ms = products.ms / double(n);
+    res.profile_rounding_ms = products.rounding_ms / double(n);
     for (auto& [op, ms] : ops.ms_by_op) res.backward_ms_by_op[op] = ms / double(n);
     for (auto& [op, ms] : ops.forward_ms_by_op) res.forward_ms_by_op[op] = ms / double(n);
     if (!log) return;
@@ -391,6 +392,11 @@ void profile_steps(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
                   100 * res.profile_products_ms / std::max(res.profile_step_ms, 1e-12),
                   res.profile_step_ms - res.profile_products_ms);
     *log << buf;
+    if (products.rounding_ms > 0) {  // bf16: what converting the operands costs the products
+        std::snprintf(buf, sizeof buf, "  of the products' time, %.1f ms rounding their operands to bf16 (on the calling thread)\n",
+                      res.profile_rounding_ms);
+        *log << buf;
+    }
     print_ops(*log, "forward ", ops.forward_ms_by_op, ops.forward_product_ms_by_op, n);
     print_ops(*log, "backward", ops.ms_by_op, ops.product_ms_by_op, n);
     *log << std::flush;
@@ -524,6 +530,7 @@ std::string BenchTrainResult::to_json() const {
         j["profile_forward_ms_by_op"] = forward_ms_by_op;
         j["profile_step_ms"] = profile_step_ms;
         j["profile_products_ms"] = profile_products_ms;
+        j["profile_rounding_ms"] = profile_rounding_ms;
     }
     j["peak_rss_mb"] = peak_rss_mb;
     j["pool_peak_mb"] = pool_peak_mb;

@@ -100,6 +100,7 @@ struct BenchTrainResult {
     std::map<std::string, double> forward_ms_by_op;  // the same for the forward pass (each op charged at its record)
     double profile_step_ms = 0;      // a profiled step: its four phases
     double profile_products_ms = 0;  // of which in products (blas.h's ProductTimer), wall time
+    double profile_rounding_ms = 0;  // of that, rounding the products' operands to bf16 (0 in fp32)
     double peak_rss_mb = 0;          // getrusage's ru_maxrss at the end
     double pool_peak_mb = 0;         // most tensor memory in use at once (pool.h), parameters included
     double rss_after_model_mb = 0;   // ru_maxrss once the model, optimizer and batches exist
