@@ -77,10 +77,11 @@ ProductTimer* g_timer = nullptr;  // the one that lives, if any
 thread_local bool t_in_product = false;
 
 // Adds the wall time of the product it spans to g_timer, unless a product encloses it; inside a parallel
-// region, that time over the team's size (ProductTimer).
+// region, that time over the team's size (ProductTimer). `is_call`: false for a product's own work done apart
+// (a Bf16Copy's rounding), timed but not counted as a call.
 class TimedProduct {
 public:
-    TimedProduct() : on_(g_timer && !t_in_product) {
+    explicit TimedProduct(bool is_call = true) : on_(g_timer && !t_in_product), is_call_(is_call) {
         if (!on_) return;
         t_in_product = true;
         start_ = std::chrono::steady_clock::now();
@@ -93,15 +94,17 @@ public:
         std::int64_t& calls = g_timer->calls;
 #pragma omp atomic
         total += ms;
+        if (is_call_) {
 #pragma omp atomic
-        ++calls;
+            ++calls;
+        }
         t_in_product = false;
     }
     TimedProduct(const TimedProduct&) = delete;
     TimedProduct& operator=(const TimedProduct&) = delete;
 
 private:
-    bool on_;
+    bool on_, is_call_;
     std::chrono::steady_clock::time_point start_;
 };
 
@@ -342,7 +345,7 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
 
 Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld) : rows_(rows), cols_(cols) {
 #ifndef TAPEFORMER_F64
-    const TimedProduct timed;  // the products' own work: they would round X themselves
+    const TimedProduct timed(false);  // the products' own work: they would round X themselves
     const TimedRounding rounding;
     storage_ = pool_alloc((std::size_t(rows * cols) * sizeof(bf16_t) + sizeof(real) - 1) / sizeof(real));
     bf16_t* values = reinterpret_cast<bf16_t*>(storage_);

@@ -54,6 +54,10 @@ AffineSizes check_affine(const char* op, const Tensor& x, const Tensor& weight, 
 // multiply-adds (Bf16Copy, blas.h); null otherwise, and where nothing records (no backward to share them with).
 struct AffineCopies {
     std::shared_ptr<const Bf16Copy> x, weight;
+    // What backward reads, for its record to keep: x's copy for dW = dyᵀ·x, W's for dx = dy·W.
+    AffineCopies for_backward(const Tensor& x, const Tensor& weight) const {
+        return {weight.requires_grad() ? this->x : nullptr, x.requires_grad() ? this->weight : nullptr};
+    }
 };
 
 AffineCopies affine_copies(const AffineSizes& s, const Tensor& x, const Tensor& weight, bool recording) {
@@ -117,7 +121,9 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     affine_forward(s, x, weight, bias, copies, y.data());
     if (!recording) return y;
     return record("affine", y, affine_inputs(x, weight, bias),
-                  [s, copies](Tensor& y, std::vector<Tensor>& in) { affine_backward(s, y.grad(), in, copies); });
+                  [s, copies = copies.for_backward(x, weight)](Tensor& y, std::vector<Tensor>& in) {
+                      affine_backward(s, y.grad(), in, copies);
+                  });
 }
 
 // ---- slice_heads -----------------------------------------------------------------------------------------
@@ -236,7 +242,8 @@ Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
     relu_dropout_values(draws, y.numel(), y.data(), y.data());
     if (!recording) return y;
     const real keep_scale = draws.keep_scale;
-    return record(op, y, affine_inputs(x, weight, bias), [s, keep_scale, copies](Tensor& y, std::vector<Tensor>& in) {
+    return record(op, y, affine_inputs(x, weight, bias), [s, keep_scale, copies = copies.for_backward(x, weight)](
+                                                              Tensor& y, std::vector<Tensor>& in) {
         Tensor da = Tensor::empty(Shape{s.N, s.out_f});  // the pre-activation's gradient
         relu_dropout_backward(keep_scale, da.numel(), y.data(), y.grad(), GradTarget{da.data(), true});
         affine_backward(s, da.data(), in, copies);

@@ -33,7 +33,8 @@ using bf16_t = std::uint16_t;  // a bfloat16: the upper half of an fp32 (sign, 8
 // rounds its operands A and B (below); a linear layer's three products read x and W twice each (y = x·Wᵀ
 // forward, dx = dy·W and dW = dyᵀ·x backward), so the layer rounds them once in its forward and hands the
 // same copies to its backward (GemmCall's a16, b16): the same bits as rounding them again, and a third of a
-// bf16 step's rounding less (bench/README.md, 2026-11-28 night). The values live in the buffer pool.
+// bf16 step's rounding less, for the memory of the copies held until backward (as PyTorch's autocast holds
+// its casts; bench/README.md, 2026-11-28 night). The values live in the buffer pool.
 class Bf16Copy {
 public:
     // X (rows, cols) with row stride ld, rounded to nearest even into dense rows.
