@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/autograd.h"
@@ -215,25 +216,31 @@ TEST_CASE("bf16 copies handed to gemm give the bits of its own rounding, and a l
         // A copy of another size is refused.
         CHECK_THROWS_AS(with_copies(B16.get(), A16.get()), std::logic_error);
     }
-    // affine rounds x and W once for its three products; matmul's backward rounds them again: the same bits.
+    // affine rounds x and W once for its three products; matmul's backward rounds them again: the same bits,
+    // also where only x or only W asks for a gradient (the record then keeps only the copy it reads).
     const std::int64_t N = 160, in_f = 64, out_f = 96;  // 983,040 multiply-adds: bf16 products
     const tf::Shape xs{2, 80, in_f};
     const std::vector<float> xv = uniform(std::size_t(N * in_f), seed++), wv = uniform(std::size_t(out_f * in_f), seed++);
     const std::vector<float> bv = uniform(std::size_t(out_f), seed++), up = uniform(std::size_t(N * out_f), seed++);
-    auto gradients = [&](bool fused) {
-        tf::Tensor x = tf::Tensor::from(xv, xs), w = tf::Tensor::from(wv, {out_f, in_f}), b = tf::Tensor::from(bv, {out_f});
-        x.set_requires_grad();
-        w.set_requires_grad();
-        b.set_requires_grad();
-        tf::Tensor y = fused ? tf::affine(x, w, b) : tf::add(tf::matmul(x.reshape({N, in_f}), w, false, true), b);
-        tf::backward(y, up);
-        return std::make_tuple(x.grad_vector(), w.grad_vector(), b.grad_vector());
-    };
-    const auto [dx, dw, db] = gradients(true);
-    const auto [dx_m, dw_m, db_m] = gradients(false);
-    CHECK(dx == dx_m);
-    CHECK(dw == dw_m);
-    CHECK(db == db_m);
+    for (const auto& [x_grad, w_grad] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+        INFO("x " << (x_grad ? "with" : "without") << " a gradient, W " << (w_grad ? "with" : "without"));
+        auto gradients = [&, x_grad = x_grad, w_grad = w_grad](bool fused) {
+            tf::Tensor x = tf::Tensor::from(xv, xs), w = tf::Tensor::from(wv, {out_f, in_f}), b = tf::Tensor::from(bv, {out_f});
+            x.set_requires_grad(x_grad);
+            w.set_requires_grad(w_grad);
+            b.set_requires_grad();
+            tf::Tensor y = fused ? tf::affine(x, w, b) : tf::add(tf::matmul(x.reshape({N, in_f}), w, false, true), b);
+            tf::backward(y, up);
+            return std::make_tuple(x.grad_vector(), w.grad_vector(), b.grad_vector());
+        };
+        const auto [dx, dw, db] = gradients(true);
+        const auto [dx_m, dw_m, db_m] = gradients(false);
+        CHECK(dx == dx_m);
+        CHECK(dw == dw_m);
+        CHECK(db == db_m);
+        CHECK(std::any_of(dx.begin(), dx.end(), [](float v) { return v != 0; }) == x_grad);
+        CHECK(std::any_of(dw.begin(), dw.end(), [](float v) { return v != 0; }) == w_grad);
+    }
 }
 
 TEST_CASE("the product timer counts bf16 rounding as part of the products' time, and none in fp32", "[bf16][bench]") {
