@@ -362,7 +362,7 @@ Bf16Copy::~Bf16Copy() { pool_free(storage_); }
 std::shared_ptr<const Bf16Copy> bf16_copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                                           std::int64_t multiply_adds) {
 #ifndef TAPEFORMER_F64
-    if (!reference_mode() && multiply_adds >= kSmallProduct && product_precision(multiply_adds) == Precision::BF16)
+    if (!reference_mode() && product_precision(multiply_adds) == Precision::BF16)  // (fp32 below kSmallProduct)
         return std::make_shared<const Bf16Copy>(X, rows, cols, ld);
 #endif
     (void)X, (void)rows, (void)cols, (void)ld, (void)multiply_adds;
