@@ -343,16 +343,20 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
 
 // ---- bf16 copies shared by products -----------------------------------------------------------------------
 
-Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld) : rows_(rows), cols_(cols) {
+Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, ColumnSums sums)
+    : rows_(rows), cols_(cols) {
 #ifndef TAPEFORMER_F64
     const TimedProduct timed(false);  // the products' own work: they would round X themselves
     const TimedRounding rounding;
     storage_ = pool_alloc((std::size_t(rows * cols) * sizeof(bf16_t) + sizeof(real) - 1) / sizeof(real));
     bf16_t* values = reinterpret_cast<bf16_t*>(storage_);
     values_ = values;
-    round_to_bf16(X, rows, cols, ld, values);
+    if (sums.data)
+        round_to_bf16_summing_columns(X, rows, cols, ld, values, sums.data, sums.overwrite);
+    else
+        round_to_bf16(X, rows, cols, ld, values);
 #else
-    (void)X, (void)ld;
+    (void)X, (void)ld, (void)sums;
     throw std::logic_error("Bf16Copy: the float64 build has no bf16 products");
 #endif
 }
@@ -360,12 +364,12 @@ Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int
 Bf16Copy::~Bf16Copy() { pool_free(storage_); }
 
 std::shared_ptr<const Bf16Copy> bf16_copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                                          std::int64_t multiply_adds) {
+                                          std::int64_t multiply_adds, ColumnSums sums) {
 #ifndef TAPEFORMER_F64
     if (!reference_mode() && product_precision(multiply_adds) == Precision::BF16)  // (fp32 below kSmallProduct)
-        return std::make_shared<const Bf16Copy>(X, rows, cols, ld);
+        return std::make_shared<const Bf16Copy>(X, rows, cols, ld, sums);
 #endif
-    (void)X, (void)rows, (void)cols, (void)ld, (void)multiply_adds;
+    (void)X, (void)rows, (void)cols, (void)ld, (void)multiply_adds, (void)sums;
     return nullptr;
 }
 

@@ -59,6 +59,36 @@ void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::in
     }
 }
 
+// In bands of kBand columns, each band's rows in order on one thread: the sums' bits do not depend on the
+// bands or the threads. A band reads 512 bytes of each row, so that the model's narrowest dy (256 columns)
+// still gives two threads a band each.
+void round_to_bf16_summing_columns(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out,
+                                   float* sums, bool overwrite) {
+    constexpr std::int64_t kBand = 512;
+    const std::int64_t bands = (cols + kBand - 1) / kBand;
+#pragma omp parallel for schedule(static) if (rows * cols >= (std::int64_t(1) << 16) && !omp_in_parallel())
+    for (std::int64_t band = 0; band < bands; ++band) {
+        const std::int64_t c0 = band * kBand, c1 = std::min(cols, c0 + kBand);
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const float* xr = x + r * ld;
+            bf16_t* o = out + r * cols;
+            if (r == 0 && overwrite) {
+#pragma omp simd
+                for (std::int64_t c = c0; c < c1; ++c) {
+                    o[c] = to_bf16(xr[c]);
+                    sums[c] = xr[c];
+                }
+            } else {
+#pragma omp simd
+                for (std::int64_t c = c0; c < c1; ++c) {
+                    o[c] = to_bf16(xr[c]);
+                    sums[c] += xr[c];
+                }
+            }
+        }
+    }
+}
+
 namespace {
 
 // OpenMP's thread count for oneDNN is 1 while one of these lives (the calling thread's setting only).

@@ -90,6 +90,14 @@ void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& 
     }
     GradTarget db{nullptr, false};
     if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
+    // In bf16, dy rounded once for both products (as gemm_group would), its column sums, db, taken in the
+    // same pass over dy: one read of dy less.
+    std::shared_ptr<const Bf16Copy> dy16;
+    if (dx_call.M || dW_call.M) {
+        dy16 = bf16_copy(dy, N, out_f, out_f, N * in_f * out_f, {db.data, db.overwrite});
+        if (dy16) db.data = nullptr;  // summed
+        dx_call.a16 = dW_call.a16 = dy16.get();
+    }
     // db (out) += column sums of dy, in bands of kBiasBand columns, each a job beside the products' tiles: a
     // band reads 2 KiB of each row of dy, where narrower ones would touch a new page for every 256 bytes (a
     // row of the output layer's dy is 32 KB). The sums do not depend on the bands.

@@ -35,10 +35,18 @@ using bf16_t = std::uint16_t;  // a bfloat16: the upper half of an fp32 (sign, 8
 // same copies to its backward (GemmCall's a16, b16): the same bits as rounding them again, and a third of a
 // bf16 step's rounding less, for the memory of the copies held until backward (as PyTorch's autocast holds
 // its casts; bench/README.md, 2026-11-28 night). The values live in the buffer pool.
+// Where a copy also leaves X's column sums, taken in the same pass (a linear layer's bias gradient from dy):
+// data[c] = Σ_r X[r, c] when `overwrite`, else += it; the rows added in order, so that the sums have the bits
+// of a pass of their own (sum_columns, src/ops_kernels.h).
+struct ColumnSums {
+    real* data = nullptr;  // none
+    bool overwrite = false;
+};
+
 class Bf16Copy {
 public:
-    // X (rows, cols) with row stride ld, rounded to nearest even into dense rows.
-    Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld);
+    // X (rows, cols) with row stride ld, rounded to nearest even into dense rows; X's column sums into `sums`.
+    Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, ColumnSums sums = {});
     ~Bf16Copy();
     Bf16Copy(const Bf16Copy&) = delete;
     Bf16Copy& operator=(const Bf16Copy&) = delete;
@@ -55,9 +63,10 @@ private:
 
 // The copy of X (rows, cols), row stride ld, that a product of `multiply_adds` multiply-adds would round it
 // into, to be read by several: null where that product would not round (fp32 or int8 precision, a product
-// below kSmallProduct, reference mode, the float64 build).
+// below kSmallProduct, reference mode, the float64 build). With `sums`, a copy that is made also leaves X's
+// column sums there (ColumnSums); where none is made, neither are the sums.
 std::shared_ptr<const Bf16Copy> bf16_copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                                          std::int64_t multiply_adds);
+                                          std::int64_t multiply_adds, ColumnSums sums = {});
 
 // One product of a group (gemm_group): `batch` products C_i = α·op(A_i)·op(B_i) + β·C_i as gemm_batched's,
 // or, with `bias` (N values), C_i = α·op(A_i)·op(B_i) + the bias on every row (β is then not used): added in
