@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/autograd.h"
@@ -29,10 +30,14 @@ struct Variant {
     tf::NormPosition norm;
     tf::Tying tie;
     std::uint64_t seed;
-    tf::AttentionScore attention = tf::AttentionScore::Dot;
-    bool output_bias = false;
-    std::int64_t window = 0;  // local attention's W
+    tf::AttentionScore attention;
+    bool output_bias;
+    std::int64_t window;      // local attention's W
     std::string head_counts;  // heads per layer where some were removed (ModelConfig::set_head_counts), "" = all
+    Variant(tf::NormPosition norm, tf::Tying tie, std::uint64_t seed, tf::AttentionScore attention = tf::AttentionScore::Dot,
+            bool output_bias = false, std::int64_t window = 0, std::string head_counts = "")
+        : norm(norm), tie(tie), seed(seed), attention(attention), output_bias(output_bias), window(window),
+          head_counts(std::move(head_counts)) {}
 };
 
 const Variant kVariants[] = {

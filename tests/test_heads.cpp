@@ -459,13 +459,13 @@ TEST_CASE("heads prune: --step is a fraction or a percentage, read whole, one li
         CHECK(std::system(cmd.c_str()) != 0);
         return read_all(err);
     };
-    for (const std::string& bad : {"abc", "0.1x", " 0.1", "10%%", "%", ""}) {
+    for (const std::string bad : {"abc", "0.1x", " 0.1", "10%%", "%", ""}) {
         INFO("--step '" << bad << "'");
         const std::string e = step(bad);
         CHECK(split_lines(e).size() == 1);
         CHECK_THAT(e, Catch::Contains("--step: expected a fraction such as 0.1 or 10%, got '" + bad + "'"));
     }
-    for (const std::string& outside : {"0", "150%", "1.5"}) {
+    for (const std::string outside : {"0", "150%", "1.5"}) {
         INFO("--step '" << outside << "'");
         CHECK_THAT(step(outside), Catch::Contains("--step: must be in (0, 100%]"));
     }
