@@ -29,13 +29,7 @@ void gemm_batched(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t M
 
 using bf16_t = std::uint16_t;  // a bfloat16: the upper half of an fp32 (sign, 8 exponent bits, 7 mantissa bits)
 
-// A matrix rounded to bf16 once for several products that read it. In bf16 precision each large product
-// rounds its operands A and B (below); a linear layer's three products read x and W twice each (y = x·Wᵀ
-// forward, dx = dy·W and dW = dyᵀ·x backward), so the layer rounds them once in its forward and hands the
-// same copies to its backward (GemmCall's a16, b16): the same bits as rounding them again, and a third of a
-// bf16 step's rounding less, for the memory of the copies held until backward (as PyTorch's autocast holds
-// its casts; bench/README.md, 2026-11-28 night). The values live in the buffer pool.
-// Where a copy also leaves X's column sums, taken in the same pass (a linear layer's bias gradient from dy):
+// X's column sums, taken by a Bf16Copy (below) in the pass that rounds X (a linear layer's bias gradient from dy):
 // data[c] = Σ_r X[r, c] when `overwrite`, else += it; the rows added in order, so that the sums have the bits
 // of a pass of their own (sum_columns, src/ops_kernels.h).
 struct ColumnSums {
@@ -43,6 +37,12 @@ struct ColumnSums {
     bool overwrite = false;
 };
 
+// A matrix rounded to bf16 once for several products that read it. In bf16 precision each large product
+// rounds its operands A and B (below); a linear layer's three products read x and W twice each (y = x·Wᵀ
+// forward, dx = dy·W and dW = dyᵀ·x backward), so the layer rounds them once in its forward and hands the
+// same copies to its backward (GemmCall's a16, b16): the same bits as rounding them again, and a third of a
+// bf16 step's rounding less, for the memory of the copies held until backward (as PyTorch's autocast holds
+// its casts; bench/README.md, 2026-11-28 night). The values live in the buffer pool.
 class Bf16Copy {
 public:
     // X (rows, cols) with row stride ld, rounded to nearest even into dense rows; X's column sums into `sums`.
