@@ -6,8 +6,8 @@
 // With --precision bf16 the op runs as `--precision bf16` training runs it (operands rounded to bf16 per
 // call, tiles on oneDNN; products below 2^18 multiply-adds, the attention cases, stay fp32 sgemm) and the raw
 // side is oneDNN's own bf16 matmul at its best (fp32 for the attention cases, as the op): operands already
-// bf16, the weights side reordered once into the layout the kernel asks for, one primitive over all threads. That is the anchor of issue #32 §1 — on an
-// AMX CPU, AMX's rate for each shape — as sgemm is for fp32.
+// bf16, the weights side reordered once into the layout the kernel asks for, one primitive over all threads.
+// That is the anchor of issue #32 §1 — on an AMX CPU, AMX's rate for each shape — as sgemm is for fp32.
 // (--raw onednn gives the fp32 products the same treatment.)
 //
 //   bench_matmul [--threads N] [--precision fp32|bf16] [--raw sgemm|onednn] [--reps N] [--min-time S]

@@ -76,6 +76,12 @@ namespace {
 ProductTimer* g_timer = nullptr;  // the one that lives, if any
 thread_local bool t_in_product = false;
 
+// Wall time since `start` in ms, over the size of the team this thread is in (1 outside a parallel region):
+// what each of the team's threads adds, so that their shares sum to the wall time once.
+double team_share_ms(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / omp_get_num_threads();
+}
+
 // Adds the wall time of the product it spans to g_timer, unless a product encloses it; inside a parallel
 // region, that time over the team's size (ProductTimer). `is_call`: false for a product's own work done apart
 // (a Bf16Copy's rounding), timed but not counted as a call.
@@ -88,8 +94,7 @@ public:
     }
     ~TimedProduct() {
         if (!on_) return;
-        const double ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count() / omp_get_num_threads();
+        const double ms = team_share_ms(start_);
         double& total = g_timer->ms;
         std::int64_t& calls = g_timer->calls;
 #pragma omp atomic
@@ -108,13 +113,17 @@ private:
     std::chrono::steady_clock::time_point start_;
 };
 
-// Adds the wall time of the bf16 rounding it spans to g_timer's rounding_ms (made on the calling thread,
-// within a product's span, so counted in its time too).
+// Adds the wall time of the bf16 rounding it spans to g_timer's rounding_ms, as TimedProduct adds its time
+// (rounding is done within a product's span, so counted in its time too).
 class TimedRounding {
 public:
     TimedRounding() : on_(g_timer != nullptr), start_(std::chrono::steady_clock::now()) {}
     ~TimedRounding() {
-        if (on_) g_timer->rounding_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+        if (!on_) return;
+        const double ms = team_share_ms(start_);
+        double& total = g_timer->rounding_ms;
+#pragma omp atomic
+        total += ms;
     }
     TimedRounding(const TimedRounding&) = delete;
     TimedRounding& operator=(const TimedRounding&) = delete;

@@ -98,9 +98,10 @@ void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& 
         if (dy16) db.data = nullptr;  // summed
         dx_call.a16 = dW_call.a16 = dy16.get();
     }
-    // db (out) += column sums of dy, in bands of kBiasBand columns, each a job beside the products' tiles: a
-    // band reads 2 KiB of each row of dy, where narrower ones would touch a new page for every 256 bytes (a
-    // row of the output layer's dy is 32 KB). The sums do not depend on the bands.
+    // Otherwise (fp32, or products too small to round) db (out) += column sums of dy, in bands of kBiasBand
+    // columns (the bf16 pass's width too), each a job beside the products' tiles: a band reads 2 KiB of each
+    // row of dy, where narrower ones would touch a new page for every 256 bytes (a row of the output layer's
+    // dy is 32 KB). The sums do not depend on the bands.
     constexpr std::int64_t kBiasBand = 512;
     auto db_band = [&](std::int64_t band) {
         sum_columns(N, band * kBiasBand, std::min(out_f, (band + 1) * kBiasBand), db,

@@ -393,7 +393,7 @@ void profile_steps(BenchRun& run, BenchTrainResult& res, std::ostream* log) {
                   res.profile_step_ms - res.profile_products_ms);
     *log << buf;
     if (products.rounding_ms > 0) {  // bf16: what converting the operands costs the products
-        std::snprintf(buf, sizeof buf, "  of the products' time, %.1f ms rounding their operands to bf16 (on the calling thread)\n",
+        std::snprintf(buf, sizeof buf, "  of the products' time, %.1f ms rounding their operands to bf16 (before the tiles that read them)\n",
                       res.profile_rounding_ms);
         *log << buf;
     }
