@@ -3,6 +3,7 @@
 // blas.cpp decides which tile goes where.
 #include "blas_backends.h"
 #include "tapeformer/lanes.h"
+#include "tapeformer/parallel.h"
 #include "tapeformer/reference_ops.h"
 
 #include <omp.h>
@@ -59,17 +60,12 @@ void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::in
     }
 }
 
-// In bands of columns, each band's rows in order on one thread: the sums' bits do not depend on the bands or
-// the threads. A band is as wide as the threads allow, at least 512 columns: each thread then streams long
-// runs of each row, and narrower bands were slower (perf's share of a bf16 step for all rounding and bias sums
-// at 2 threads: 5.72%, 4.72%, 4.58% with bands of 128, 256, 512 columns, 6.41% rounding and summing apart; the
-// output layer's (1280, 8000) dy alone 4.1 ms in 512-column bands, 2.0-2.8 ms in one band a thread, and at 1
-// thread 6.1 against 3.1 ms; bench/README.md).
+// In bands of column_band_width columns (parallel.h), each band's rows in order on one thread: the sums' bits
+// do not depend on the bands or the threads.
 void round_to_bf16_summing_columns(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out,
                                    float* sums, bool overwrite) {
     const bool parallel = rows * cols >= (std::int64_t(1) << 16) && !omp_in_parallel();
-    const std::int64_t threads = parallel ? omp_get_max_threads() : 1;
-    const std::int64_t band_width = std::max<std::int64_t>(512, ((cols + threads - 1) / threads + 15) / 16 * 16);
+    const std::int64_t band_width = parallel ? column_band_width(cols) : cols;
     const std::int64_t bands = (cols + band_width - 1) / band_width;
 #pragma omp parallel for schedule(static) if (parallel)
     for (std::int64_t band = 0; band < bands; ++band) {

@@ -98,16 +98,14 @@ void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& 
         if (dy16) db.data = nullptr;  // summed
         dx_call.a16 = dW_call.a16 = dy16.get();
     }
-    // Otherwise (fp32, or products too small to round) db (out) += column sums of dy, in bands of kBiasBand
-    // columns (the bf16 pass's width too), each a job beside the products' tiles: a band reads 2 KiB of each
-    // row of dy, where narrower ones would touch a new page for every 256 bytes (a row of the output layer's
-    // dy is 32 KB). The sums do not depend on the bands.
-    constexpr std::int64_t kBiasBand = 512;
+    // Otherwise (fp32, or products too small to round) db (out) += column sums of dy, in bands of
+    // column_band_width (parallel.h; the bf16 pass's too), each a job beside the products' tiles.
+    const std::int64_t band_width = column_band_width(out_f);
     auto db_band = [&](std::int64_t band) {
-        sum_columns(N, band * kBiasBand, std::min(out_f, (band + 1) * kBiasBand), db,
+        sum_columns(N, band * band_width, std::min(out_f, (band + 1) * band_width), db,
                     [dy, out_f](std::int64_t n, std::int64_t o) { return dy[n * out_f + o]; });
     };
-    const std::int64_t db_bands = db.data ? (out_f + kBiasBand - 1) / kBiasBand : 0;
+    const std::int64_t db_bands = db.data ? (out_f + band_width - 1) / band_width : 0;
     if (!in[0].same_storage(in[1])) return gemm_group({dx_call, dW_call}, db_bands, db_band);
     gemm_group({dx_call});  // x is (a view of) the weight: its two gradients are one buffer, added in turn
     gemm_group({dW_call}, db_bands, db_band);

@@ -5,6 +5,9 @@
 // grain), bf16 rounding opens a region from 2^16 values, the optimizers split their parameter pieces when
 // there are more than 8, and decoding runs its groups of sentences side by side whenever there are several.
 #pragma once
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdint>
 
 #include "tapeformer/config.h"
@@ -20,5 +23,15 @@ TF_NAMESPACE_BEGIN
 // (AMD EPYC Zen 4, 2 threads, `bench train --steps 0 --eval-greedy`; commit 0cf2637), while a training step
 // is unchanged.
 constexpr std::int64_t kParallelGrain = 1 << 17;
+
+// How many columns of a (rows, cols) matrix one thread sums down all the rows (a bias gradient from dy, in
+// affine_backward's jobs and in bf16's rounding pass): a band a thread, at least 512 columns, a multiple of
+// 16. Each column still adds its rows in order, so the sums do not depend on the width; wide bands let a
+// thread stream long runs of each row, where 512-column bands of the output layer's (1280, 8000) dy took
+// twice as long (bench/README.md, 2026-11-29).
+inline std::int64_t column_band_width(std::int64_t cols) {
+    const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    return std::max<std::int64_t>(512, ((cols + threads - 1) / threads + 15) / 16 * 16);
+}
 
 TF_NAMESPACE_END
