@@ -200,12 +200,8 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
             for (std::int64_t j = 0; j < n; ++j) C[i * c.ldc + j] = beta == real(0) ? real(0) : beta * C[i * c.ldc + j];
         return;
     }
-    const real* A = c.A + e * c.a_step;
-    const real* B = c.B + e * c.b_step;
-    const real* Ai = c.trans_a ? A + m0 : A + m0 * c.lda;  // rows m0.. of op(A): columns of A when stored transposed
-    const real* Bi = c.trans_b ? B + n0 * c.ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
 #ifndef TAPEFORMER_F64
-    if (product_precision(c.M * c.N * c.K) == Precision::BF16) {
+    if (product_precision(c.M * c.N * c.K) == Precision::BF16) {  // (A may be null: its copy is all there is)
         const std::int64_t ac = a_cols(c), bc = b_cols(c);
         const bf16_t* A16 = p.A16 + e * a_rows(c) * ac;
         const bf16_t* B16 = p.B16 + e * b_rows(c) * bc;
@@ -214,6 +210,12 @@ void compute_block(const Planned& p, std::int64_t e, std::int64_t m0, std::int64
         return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, ac, bc, c.ldc, c.alpha, kernel_bias ? 0 : beta, true, kernel_bias},
                            A16i, B16i, C, kernel_bias ? c.bias + n0 : nullptr);
     }
+#endif
+    const real* A = c.A + e * c.a_step;
+    const real* B = c.B + e * c.b_step;
+    const real* Ai = c.trans_a ? A + m0 : A + m0 * c.lda;  // rows m0.. of op(A): columns of A when stored transposed
+    const real* Bi = c.trans_b ? B + n0 * c.ldb : B + n0;  // columns n0.. of op(B): rows of B when stored transposed
+#ifndef TAPEFORMER_F64
     if (onednn)
         return onednn_tile(TileKey{c.trans_a, c.trans_b, m, n, c.K, c.lda, c.ldb, c.ldc, c.alpha, kernel_bias ? 0 : beta, false, kernel_bias},
                            Ai, Bi, C, kernel_bias ? c.bias + n0 : nullptr);
@@ -352,7 +354,7 @@ void gemm_group(std::initializer_list<GemmCall> products, std::int64_t jobs, con
 
 // ---- bf16 copies shared by products -----------------------------------------------------------------------
 
-Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, ColumnSums sums)
+Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, ColumnSums sums, ReluGate gate)
     : rows_(rows), cols_(cols) {
 #ifndef TAPEFORMER_F64
     const TimedProduct timed(false);  // the products' own work: they would round X themselves
@@ -360,12 +362,18 @@ Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int
     storage_ = pool_alloc((std::size_t(rows * cols) * sizeof(bf16_t) + sizeof(real) - 1) / sizeof(real));
     bf16_t* values = reinterpret_cast<bf16_t*>(storage_);
     values_ = values;
-    if (sums.data)
-        round_to_bf16_summing_columns(X, rows, cols, ld, values, sums.data, sums.overwrite);
-    else
+    if (sums.data || gate.output) {
+        std::vector<real> unasked;  // the gated pass always sums; sums nobody asked for go here
+        if (!sums.data) {
+            unasked.resize(std::size_t(cols));
+            sums = {unasked.data(), true};
+        }
+        round_to_bf16_summing_columns(X, rows, cols, ld, values, sums.data, sums.overwrite, gate.output, gate.scale);
+    } else {
         round_to_bf16(X, rows, cols, ld, values);
+    }
 #else
-    (void)X, (void)ld, (void)sums;
+    (void)X, (void)ld, (void)sums, (void)gate;
     throw std::logic_error("Bf16Copy: the float64 build has no bf16 products");
 #endif
 }
@@ -373,12 +381,12 @@ Bf16Copy::Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int
 Bf16Copy::~Bf16Copy() { pool_free(storage_); }
 
 std::shared_ptr<const Bf16Copy> bf16_copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                                          std::int64_t multiply_adds, ColumnSums sums) {
+                                          std::int64_t multiply_adds, ColumnSums sums, ReluGate gate) {
 #ifndef TAPEFORMER_F64
     if (!reference_mode() && product_precision(multiply_adds) == Precision::BF16)  // (fp32 below kSmallProduct)
-        return std::make_shared<const Bf16Copy>(X, rows, cols, ld, sums);
+        return std::make_shared<const Bf16Copy>(X, rows, cols, ld, sums, gate);
 #endif
-    (void)X, (void)rows, (void)cols, (void)ld, (void)multiply_adds, (void)sums;
+    (void)X, (void)rows, (void)cols, (void)ld, (void)multiply_adds, (void)sums, (void)gate;
     return nullptr;
 }
 

@@ -36,9 +36,10 @@ inline Precision product_precision(std::int64_t multiply_adds) {
 
 // x (rows, cols) with row stride ld -> out (rows, cols), dense.
 void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out);
-// round_to_bf16, and x's column sums into sums (ColumnSums in blas.h: = when overwrite, else +=), rows in order.
+// round_to_bf16, and x's column sums into sums (ColumnSums in blas.h: = when overwrite, else +=), rows in order;
+// with `gate` (laid out as x), of x through it (ReluGate in blas.h): x·gate_scale where gate > 0, else 0.
 void round_to_bf16_summing_columns(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out,
-                                   float* sums, bool overwrite);
+                                   float* sums, bool overwrite, const float* gate = nullptr, float gate_scale = 1);
 
 // One tile: C (m, n) = α·op(A) (m, K) · op(B) (K, n) + β·C, A and B bf16 (or fp32) with row strides lda, ldb
 // as stored.

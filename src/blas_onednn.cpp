@@ -60,33 +60,51 @@ void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::in
     }
 }
 
+namespace {
+
+// One band's columns [c0, c1) of round_to_bf16_summing_columns, its rows in order; kGated: through the gate.
+template <bool kGated>
+void round_band_summing_columns(const float* x, const float* gate, float gate_scale, std::int64_t rows, std::int64_t c0,
+                                std::int64_t c1, std::int64_t ld, std::int64_t cols, bf16_t* out, float* sums, bool overwrite) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;
+        const float* gr = kGated ? gate + r * ld : nullptr;
+        bf16_t* o = out + r * cols;
+        const auto value = [&](std::int64_t c) { return kGated ? (gr[c] > 0 ? xr[c] * gate_scale : 0.0f) : xr[c]; };
+        if (r == 0 && overwrite) {
+#pragma omp simd
+            for (std::int64_t c = c0; c < c1; ++c) {
+                const float v = value(c);
+                o[c] = to_bf16(v);
+                sums[c] = v;
+            }
+        } else {
+#pragma omp simd
+            for (std::int64_t c = c0; c < c1; ++c) {
+                const float v = value(c);
+                o[c] = to_bf16(v);
+                sums[c] += v;
+            }
+        }
+    }
+}
+
+}  // namespace
+
 // In bands of column_band_width columns (parallel.h), each band's rows in order on one thread: the sums' bits
 // do not depend on the bands or the threads.
 void round_to_bf16_summing_columns(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bf16_t* out,
-                                   float* sums, bool overwrite) {
+                                   float* sums, bool overwrite, const float* gate, float gate_scale) {
     const bool parallel = rows * cols >= (std::int64_t(1) << 16) && !omp_in_parallel();
     const std::int64_t band_width = parallel ? column_band_width(cols) : cols;
     const std::int64_t bands = (cols + band_width - 1) / band_width;
 #pragma omp parallel for schedule(static) if (parallel)
     for (std::int64_t band = 0; band < bands; ++band) {
         const std::int64_t c0 = band * band_width, c1 = std::min(cols, c0 + band_width);
-        for (std::int64_t r = 0; r < rows; ++r) {
-            const float* xr = x + r * ld;
-            bf16_t* o = out + r * cols;
-            if (r == 0 && overwrite) {
-#pragma omp simd
-                for (std::int64_t c = c0; c < c1; ++c) {
-                    o[c] = to_bf16(xr[c]);
-                    sums[c] = xr[c];
-                }
-            } else {
-#pragma omp simd
-                for (std::int64_t c = c0; c < c1; ++c) {
-                    o[c] = to_bf16(xr[c]);
-                    sums[c] += xr[c];
-                }
-            }
-        }
+        if (gate)
+            round_band_summing_columns<true>(x, gate, gate_scale, rows, c0, c1, ld, cols, out, sums, overwrite);
+        else
+            round_band_summing_columns<false>(x, gate, gate_scale, rows, c0, c1, ld, cols, out, sums, overwrite);
     }
 }
 

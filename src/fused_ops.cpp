@@ -73,30 +73,49 @@ void affine_forward(const AffineSizes& s, const Tensor& x, const Tensor& weight,
                          0, 0, bias.defined() ? bias.data() : nullptr, copies.x.get(), copies.weight.get()}});
 }
 
-// The gradients of in = {x, W[, b]} from the output's gradient dy (N, out). The three are independent: one
-// parallel region computes them together (gemm_group).
-void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& in, const AffineCopies& copies) {
+// relu_dropout's backward: the gradient passes (× 1/(1−p)) exactly where the output y is positive.
+void relu_dropout_backward(real keep_scale, std::int64_t n, const real* y, const real* dy, const GradTarget& dx) {
+    write_or_add(dx, n, [=](std::int64_t i) { return y[i] > 0 ? dy[i] * keep_scale : real(0); });
+}
+
+// The gradients of in = {x, W[, b]} from the output's gradient dy (N, out); with `gate`, from the gradient
+// through a ReLU and dropout applied to the output (affine_relu_dropout: dy is then the op's output's gradient
+// and gate.output its output): in bf16 that gradient is made only as the products' rounded copy (ReluGate), in
+// fp32 in a buffer of its own. The three are independent: one parallel region computes them together
+// (gemm_group).
+void affine_backward(const AffineSizes& s, const real* dy, std::vector<Tensor>& in, const AffineCopies& copies,
+                     ReluGate gate = {}) {
     const std::int64_t N = s.N, in_f = s.in_f, out_f = s.out_f;
-    GemmCall dx_call, dW_call;  // M = 0: not needed
-    if (in[0].requires_grad()) {  // dx (N, in) += dy (N, out) · W (out, in)
-        const GradTarget dx = in[0].grad_target();
-        dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
-        dx_call.b16 = copies.weight.get();
-    }
-    if (in[1].requires_grad()) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
-        const GradTarget dW = in[1].grad_target();
-        dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
-        dW_call.b16 = copies.x.get();
-    }
+    const bool dx_wanted = in[0].requires_grad(), dW_wanted = in[1].requires_grad();
     GradTarget db{nullptr, false};
     if (in.size() > 2 && in[2].requires_grad()) db = in[2].grad_target();
     // In bf16, dy rounded once for both products (as gemm_group would), its column sums, db, taken in the
     // same pass over dy: one read of dy less.
     std::shared_ptr<const Bf16Copy> dy16;
-    if (dx_call.M || dW_call.M) {
-        dy16 = bf16_copy(dy, N, out_f, out_f, N * in_f * out_f, {db.data, db.overwrite});
+    if (dx_wanted || dW_wanted) {
+        dy16 = bf16_copy(dy, N, out_f, out_f, N * in_f * out_f, {db.data, db.overwrite}, gate);
         if (dy16) db.data = nullptr;  // summed
-        dx_call.a16 = dW_call.a16 = dy16.get();
+    }
+    Tensor gated;  // (N, out) the gradient through the gate, where no copy was made
+    if (gate.output && dy16) {
+        dy = nullptr;  // the products read only the copy
+    } else if (gate.output) {
+        gated = Tensor::empty(Shape{N, out_f});
+        relu_dropout_backward(gate.scale, N * out_f, gate.output, dy, GradTarget{gated.data(), true});
+        dy = gated.data();
+    }
+    GemmCall dx_call, dW_call;  // M = 0: not needed
+    if (dx_wanted) {  // dx (N, in) += dy (N, out) · W (out, in)
+        const GradTarget dx = in[0].grad_target();
+        dx_call = {false, false, N, in_f, out_f, 1, dy, out_f, in[1].data(), in_f, dx.beta(), dx.data, in_f};
+        dx_call.a16 = dy16.get();
+        dx_call.b16 = copies.weight.get();
+    }
+    if (dW_wanted) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
+        const GradTarget dW = in[1].grad_target();
+        dW_call = {true, false, out_f, in_f, N, 1, dy, out_f, in[0].data(), in_f, dW.beta(), dW.data, in_f};
+        dW_call.a16 = dy16.get();
+        dW_call.b16 = copies.x.get();
     }
     // Otherwise (fp32, or products too small to round) db (out) += column sums of dy, in bands of
     // column_band_width (parallel.h; the bf16 pass's too), each a job beside the products' tiles.
@@ -203,10 +222,6 @@ void relu_dropout_values(const DropoutDraws& draws, std::int64_t n, const real* 
     });
 }
 
-// relu_dropout's backward: the gradient passes (× 1/(1−p)) exactly where the output y is positive.
-void relu_dropout_backward(real keep_scale, std::int64_t n, const real* y, const real* dy, const GradTarget& dx) {
-    write_or_add(dx, n, [=](std::int64_t i) { return y[i] > 0 ? dy[i] * keep_scale : real(0); });
-}
 }  // namespace
 
 // One op for what the feed-forward network does between its two linear layers. The output is positive
@@ -251,9 +266,7 @@ Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
     const real keep_scale = draws.keep_scale;
     return record(op, y, affine_inputs(x, weight, bias), [s, keep_scale, copies = copies.for_backward(x, weight)](
                                                               Tensor& y, std::vector<Tensor>& in) {
-        Tensor da = Tensor::empty(Shape{s.N, s.out_f});  // the pre-activation's gradient
-        relu_dropout_backward(keep_scale, da.numel(), y.data(), y.grad(), GradTarget{da.data(), true});
-        affine_backward(s, da.data(), in, copies);
+        affine_backward(s, y.grad(), in, copies, ReluGate{y.data(), keep_scale});
     });
 }
 

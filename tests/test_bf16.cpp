@@ -281,6 +281,78 @@ TEST_CASE("a bf16 copy that also sums its columns gives the copy and the sums of
     }
 }
 
+TEST_CASE("a bf16 copy through a ReLU gate is the copy of the gated values, with their column sums", "[bf16]") {
+    if (skip_without_bf16()) return;
+    // dy (300, 1100), row stride 1103, and the op's output laid out alike: about half of it positive, and zeros
+    const std::int64_t rows = 300, cols = 1100, ld = cols + 3, work = tf::kSmallProduct;
+    const float scale = 1.0f / 0.9f;
+    const std::vector<float> dy = uniform(std::size_t(rows * ld), 92);
+    std::vector<float> output = uniform(std::size_t(rows * ld), 93);
+    for (std::size_t i = 0; i < output.size(); i += 7) output[i] = 0;  // dropped: no gradient passes
+    std::vector<float> gated(std::size_t(rows * ld));  // relu_dropout's backward, written out
+    for (std::size_t i = 0; i < gated.size(); ++i) gated[i] = output[i] > 0 ? dy[i] * scale : 0.0f;
+    const std::vector<float> start = uniform(std::size_t(cols), 94);
+    PrecisionScope scope(Precision::BF16);
+    std::vector<float> sums(std::size_t(cols), -1.0f), expected_sums(std::size_t(cols), -1.0f);
+    const auto expected = tf::bf16_copy(gated.data(), rows, cols, ld, work, {expected_sums.data(), true});
+    REQUIRE(expected);
+    const std::vector<tf::bf16_t> expected_values(expected->data(), expected->data() + rows * cols);
+    const int threads = tf::num_threads();
+    for (const int t : {1, 2}) {
+        INFO(t << " thread(s)");
+        tf::set_threads(t);
+        std::vector<float> written(std::size_t(cols), -1.0f), added = start, expected_added = start;
+        const auto w = tf::bf16_copy(dy.data(), rows, cols, ld, work, {written.data(), true}, {output.data(), scale});
+        const auto a = tf::bf16_copy(dy.data(), rows, cols, ld, work, {added.data(), false}, {output.data(), scale});
+        const auto unsummed = tf::bf16_copy(dy.data(), rows, cols, ld, work, {}, {output.data(), scale});
+        const auto e = tf::bf16_copy(gated.data(), rows, cols, ld, work, {expected_added.data(), false});
+        tf::set_threads(threads);
+        REQUIRE(w);
+        REQUIRE(a);
+        REQUIRE(unsummed);
+        for (const auto* copy : {w.get(), a.get(), unsummed.get()})
+            CHECK(std::vector<tf::bf16_t>(copy->data(), copy->data() + rows * cols) == expected_values);
+        CHECK(written == expected_sums);
+        CHECK(added == expected_added);
+    }
+    // Where no copy is made (fp32) the sums stay untouched, as without the gate.
+    PrecisionScope fp32(Precision::FP32);
+    std::vector<float> untouched = start;
+    CHECK(tf::bf16_copy(dy.data(), rows, cols, ld, work, {untouched.data(), true}, {output.data(), scale}) == nullptr);
+    CHECK(untouched == start);
+}
+
+TEST_CASE("affine_relu_dropout's bf16 backward, its gradient made only as the bf16 copy, gives the bits of the ops it "
+          "fuses", "[bf16]") {
+    if (skip_without_bf16()) return;
+    // relu_dropout(affine(...)) writes the pre-activation's gradient in fp32, then affine's backward rounds it;
+    // the fused op rounds it in the pass that gates it. A large layer (bf16 products) and a small one (fp32
+    // products: the gradient in a buffer of its own, as in fp32 precision).
+    for (const auto& [N, in_f, out_f] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{160, 64, 96}, {12, 8, 20}}) {
+        INFO("x (" << N << ", " << in_f << "), W (" << out_f << ", " << in_f << ")");
+        const std::vector<float> xv = uniform(std::size_t(N * in_f), 95), wv = uniform(std::size_t(out_f * in_f), 96);
+        const std::vector<float> bv = uniform(std::size_t(out_f), 97), up = uniform(std::size_t(N * out_f), 98);
+        PrecisionScope scope(Precision::BF16);
+        auto gradients = [&](bool fused) {
+            tf::Tensor x = tf::Tensor::from(xv, {N, in_f}), w = tf::Tensor::from(wv, {out_f, in_f}), b = tf::Tensor::from(bv, {out_f});
+            for (tf::Tensor* t : {&x, &w, &b}) t->set_requires_grad();
+            tf::Rng rng(21, 3);
+            tf::Tensor y = fused ? tf::affine_relu_dropout(x, w, b, 0.25f, rng)
+                                 : tf::relu_dropout(tf::affine(x, w, b), 0.25f, rng);
+            tf::backward(y, up);
+            return std::make_tuple(y.to_vector(), x.grad_vector(), w.grad_vector(), b.grad_vector());
+        };
+        const auto [y, dx, dw, db] = gradients(true);
+        const auto [y_c, dx_c, dw_c, db_c] = gradients(false);
+        CHECK(y == y_c);
+        CHECK(dx == dx_c);
+        CHECK(dw == dw_c);
+        CHECK(db == db_c);
+        CHECK(std::count(y.begin(), y.end(), 0.0f) > 0);  // some gradient is stopped
+        CHECK(std::any_of(dx.begin(), dx.end(), [](float v) { return v != 0; }));
+    }
+}
+
 TEST_CASE("the product timer counts bf16 rounding as part of the products' time, and none in fp32", "[bf16][bench]") {
     if (skip_without_bf16()) return;
     const Product p{false, true, 1280, 768, 256, 1, 0};

@@ -37,6 +37,15 @@ struct ColumnSums {
     bool overwrite = false;
 };
 
+// A gradient through a ReLU and dropout, rounded by a Bf16Copy (below) instead of X itself: X[r, c]·scale where
+// output[r, c] > 0, else 0 (relu_dropout's backward, from the op's output, laid out as X). A feed-forward
+// network's first layer (affine_relu_dropout) then never writes its pre-activation's gradient in fp32: the
+// copy and the bias gradient's sums are all its backward reads.
+struct ReluGate {
+    const real* output = nullptr;  // none: X as it is
+    real scale = 1;
+};
+
 // A matrix rounded to bf16 once for several products that read it. In bf16 precision each large product
 // rounds its operands A and B (below); a linear layer's three products read x and W twice each (y = x·Wᵀ
 // forward, dx = dy·W and dW = dyᵀ·x backward), so the layer rounds them once in its forward and hands the
@@ -45,8 +54,10 @@ struct ColumnSums {
 // its casts; bench/README.md, 2026-11-28 night). The values live in the buffer pool.
 class Bf16Copy {
 public:
-    // X (rows, cols) with row stride ld, rounded to nearest even into dense rows; X's column sums into `sums`.
-    Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, ColumnSums sums = {});
+    // X (rows, cols) with row stride ld (through `gate` where given), rounded to nearest even into dense rows;
+    // the column sums of those values into `sums`.
+    Bf16Copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld, ColumnSums sums = {},
+             ReluGate gate = {});
     ~Bf16Copy();
     Bf16Copy(const Bf16Copy&) = delete;
     Bf16Copy& operator=(const Bf16Copy&) = delete;
@@ -64,15 +75,17 @@ private:
 // The copy of X (rows, cols), row stride ld, that a product of `multiply_adds` multiply-adds would round it
 // into, to be read by several: null where that product would not round (fp32 or int8 precision, a product
 // below kSmallProduct, reference mode, the float64 build). With `sums`, a copy that is made also leaves X's
-// column sums there (ColumnSums); where none is made, neither are the sums.
+// column sums there (ColumnSums), and with `gate` the copy is of X through it (ReluGate); where none is made,
+// neither are the sums.
 std::shared_ptr<const Bf16Copy> bf16_copy(const real* X, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                                          std::int64_t multiply_adds, ColumnSums sums = {});
+                                          std::int64_t multiply_adds, ColumnSums sums = {}, ReluGate gate = {});
 
 // One product of a group (gemm_group): `batch` products C_i = α·op(A_i)·op(B_i) + β·C_i as gemm_batched's,
 // or, with `bias` (N values), C_i = α·op(A_i)·op(B_i) + the bias on every row (β is then not used): added in
 // the kernel where oneDNN runs the product, onto rows that start as the bias elsewhere (sgemm, held matrices).
 // `a16`, `b16` (batch 1 only): bf16_copy's copies of A and B as stored, which a product that rounds its
 // operands reads instead of rounding them; others ignore them. A copy of another size throws std::logic_error.
+// With a16 given, A may be null (a matrix that exists only as its copy: affine_relu_dropout's gradient).
 struct GemmCall {
     bool trans_a = false, trans_b = false;
     std::int64_t M = 0, N = 0, K = 0;
