@@ -246,10 +246,12 @@ Tensor relu_dropout(const Tensor& a, real p, Rng& rng, bool training) {
 // ---- affine_relu_dropout: a feed-forward network's first layer and its activation -----------------------------
 // dropout(relu(x Wᵀ + b)) with the product written straight into the output and ReLU and dropout applied there
 // in place: the pre-activation (N, F), which neither relu_dropout's backward nor affine's needs, is never kept
-// (12 of them are 75 MB at the end of the large benchmark model's forward). Backward: the pre-activation's
-// gradient into a buffer of its own, then affine's backward from it.
+// (12 of them are 75 MB at the end of the large benchmark model's forward). Backward: affine's backward through
+// the ReLU and dropout (ReluGate): the pre-activation's gradient made in bf16 only as the products' rounded copy,
+// in fp32 in a buffer of its own.
 // composed: relu_dropout(affine(x, W, b), p): the same bits and draws ("ops: relu_dropout and
-// add_dropout_layer_norm give the numbers of the ops they fuse ...", tests/test_ops.cpp).
+// add_dropout_layer_norm give the numbers of the ops they fuse ...", tests/test_ops.cpp; in bf16,
+// "affine_relu_dropout's bf16 backward ...", tests/test_bf16.cpp).
 Tensor affine_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, real p, Rng& rng, bool training) {
     const char* op = "affine_relu_dropout";
     const AffineSizes s = check_affine(op, x, weight, bias);
