@@ -70,7 +70,7 @@ void round_band_summing_columns(const float* x, const float* gate, float gate_sc
         const float* xr = x + r * ld;
         const float* gr = kGated ? gate + r * ld : nullptr;
         bf16_t* o = out + r * cols;
-        const auto value = [&](std::int64_t c) { return kGated ? (gr[c] > 0 ? xr[c] * gate_scale : 0.0f) : xr[c]; };
+        const auto value = [&](std::int64_t c) { return kGated ? ReluGate::pass(gr[c], xr[c], gate_scale) : xr[c]; };
         if (r == 0 && overwrite) {
 #pragma omp simd
             for (std::int64_t c = c0; c < c1; ++c) {

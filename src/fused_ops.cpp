@@ -75,7 +75,7 @@ void affine_forward(const AffineSizes& s, const Tensor& x, const Tensor& weight,
 
 // relu_dropout's backward: the gradient passes (× 1/(1−p)) exactly where the output y is positive.
 void relu_dropout_backward(real keep_scale, std::int64_t n, const real* y, const real* dy, const GradTarget& dx) {
-    write_or_add(dx, n, [=](std::int64_t i) { return y[i] > 0 ? dy[i] * keep_scale : real(0); });
+    write_or_add(dx, n, [=](std::int64_t i) { return ReluGate::pass(y[i], dy[i], keep_scale); });
 }
 
 // The gradients of in = {x, W[, b]} from the output's gradient dy (N, out); with `gate`, from the gradient

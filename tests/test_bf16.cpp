@@ -293,7 +293,7 @@ TEST_CASE("a bf16 copy through a ReLU gate is the copy of the gated values, with
     for (std::size_t i = 0; i < gated.size(); ++i) gated[i] = output[i] > 0 ? dy[i] * scale : 0.0f;
     const std::vector<float> start = uniform(std::size_t(cols), 94);
     PrecisionScope scope(Precision::BF16);
-    std::vector<float> sums(std::size_t(cols), -1.0f), expected_sums(std::size_t(cols), -1.0f);
+    std::vector<float> expected_sums(std::size_t(cols), -1.0f);
     const auto expected = tf::bf16_copy(gated.data(), rows, cols, ld, work, {expected_sums.data(), true});
     REQUIRE(expected);
     const std::vector<tf::bf16_t> expected_values(expected->data(), expected->data() + rows * cols);

@@ -44,6 +44,9 @@ struct ColumnSums {
 struct ReluGate {
     const real* output = nullptr;  // none: X as it is
     real scale = 1;
+    // The rule, for relu_dropout's backward and the rounding pass alike: x·scale where the output y is positive.
+    template <class T>
+    static T pass(T y, T x, T scale) { return y > T(0) ? x * scale : T(0); }
 };
 
 // A matrix rounded to bf16 once for several products that read it. In bf16 precision each large product
